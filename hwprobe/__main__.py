@@ -1,0 +1,5 @@
+import sys
+
+from hwprobe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from simmoe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,84 @@
+"""The ``simmoe`` command line: one module per subcommand.
+
+Each subcommand module defines ``register(subparsers)`` which adds its parser
+and sets ``func`` to a callable ``run(args) -> int``.  Errors derived from
+:class:`simmoe.errors.SimmoeError` become one line on stderr and exit status 2;
+:class:`simmoe.errors.CheckFailed` exits with 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from simmoe import __version__
+from simmoe.errors import CheckFailed, SimmoeError
+
+# Order is the order of `simmoe --help`.
+COMMANDS = [
+    "replay",
+    "sweep",
+    "synth",
+    "inspect",
+    "import_routes",
+    "bound",
+    "hardness",
+    "fit",
+    "validate",
+    "report",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other user error
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="simmoe",
+        description="Simulate speculative decoding on Mixture-of-Experts models "
+        "with offloaded experts: replay traces under any selector, cache and hardware.",
+    )
+    parser.add_argument("--version", action="version", version=f"simmoe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"simmoe.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SimmoeError as exc:
+        print(f"simmoe {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except CheckFailed as exc:
+        print(f"simmoe {args.command}: self-check failed (please report): {exc}", file=sys.stderr)
+        return exc.exit_status
+    except FileNotFoundError as exc:
+        print(f"simmoe {args.command}: error: no such file: {exc.filename}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"simmoe {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def not_implemented(name: str, issue: str):
+    """Parser ``func`` for a command whose implementation has not landed yet."""
+
+    def run(args) -> int:
+        print(f"simmoe {name}: not implemented yet ({issue})", file=sys.stderr)
+        return 2
+
+    return run
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Shared fixtures: small random traces (see ``tests/factories.py``).
+
+Conventions: tests of ``solvers/`` live in ``tests/solvers``, of traces in
+``tests/trace``, of the replay in ``tests/replay``, of ``hwprobe`` in
+``tests/hwprobe`` (marked ``torch``; skipped when torch is absent).  Tests
+slower than a few seconds are marked ``slow``.  Hypothesis profiles: ``ci``
+(default, bounded examples) and ``dev``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/factories.py
+
+settings.register_profile("ci", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=300, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def small_trace():
+    from factories import random_trace
+
+    return random_trace(seed=1)
+
+
+@pytest.fixture
+def ar_trace():
+    from factories import random_trace
+
+    return random_trace(seed=2, pool_nodes=0)
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        skip = pytest.mark.skip(reason="needs the hwprobe extra (torch, transformers)")
+        for item in items:
+            if "torch" in item.keywords:
+                item.add_marker(skip)
