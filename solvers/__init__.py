@@ -1,4 +1,31 @@
 """Exact subtree selection for speculative decoding on MoE models (pure computation).
 
-No I/O, no import of simmoe or torch.  See the SpecFit paper (§3, App. A).
+No I/O, no import of simmoe or torch.  See the SpecFit paper (§3, App. A) and
+docs/solvers.md.
+
+* :class:`Pool` — root, nodes (parents first), path probabilities, expert bitmaps.
+* :class:`CostModel`, :class:`Selection`, :func:`evaluate` — R̂, F, T̂ (Eq. 3, 4).
+* :func:`select_exact` (Eq. 5 over A_K, tie rule of §3.3),
+  :func:`select_max_linear` (argmax R̂ − λT̂ over A_K),
+  :func:`select_adaptive_depth` (Lemma 2).
+* :func:`max_closure`, :func:`largest_ratio` — no size limit, by min cut (App. A.3).
+* :func:`dinkelbach` — λ* across cycle states (App. A.1).
+* :func:`clique_instance` — Proposition 2's reduction.
 """
+
+from solvers.errors import InvalidInput
+from solvers.pool import Pool
+from solvers.cost import CostModel, Selection, evaluate
+from solvers.exact import select_exact, select_max_linear
+from solvers.adaptive import select_adaptive_depth
+from solvers.closure import max_closure, largest_ratio, affine_approximation
+from solvers.dinkelbach import DinkelbachResult, dinkelbach, exact_oracle, closure_oracle
+from solvers.hardness import CliqueInstance, clique_instance, reaches_threshold, has_clique
+
+__all__ = [
+    "InvalidInput", "Pool", "CostModel", "Selection", "evaluate",
+    "select_exact", "select_max_linear", "select_adaptive_depth",
+    "max_closure", "largest_ratio", "affine_approximation",
+    "DinkelbachResult", "dinkelbach", "exact_oracle", "closure_oracle",
+    "CliqueInstance", "clique_instance", "reaches_threshold", "has_clique",
+]

@@ -1,0 +1,210 @@
+"""The candidate pool of one speculative cycle (SpecFit §2, §3.1, Eq. 1 and 4).
+
+A pool is the root token s and draft nodes 0..n-1, parents listed before
+children, each with a path probability p_v and, per MoE layer, the set of
+experts it routes to.  Expert sets are held as bitmaps: one Python ``int`` per
+node whose bits are the (layer, expert) pairs that the node routes to and the
+root does not.  The root's pairs are always executed, so they only enter F(S)
+as the constant ``root_count``; dropping them from the node bitmaps and
+renumbering the remaining pairs densely keeps the integers short, which makes
+the OR and popcount of the search cheaper (measured in
+``benchmarks/bench_solvers.py``).
+
+    F(S) = Σ_ℓ |E_ℓ(s) ∪ ⋃_{v∈S} E_ℓ(v)| = root_count + popcount(OR_{v∈S} mask_v)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from solvers.errors import InvalidInput
+
+__all__ = ["Pool"]
+
+
+def _as_int_array(name: str, value, ndim: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.size == 0 and arr.ndim == ndim:
+        return arr.astype(np.int64)
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
+                                 or np.issubdtype(arr.dtype, np.floating)):
+        raise InvalidInput(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise InvalidInput(f"{name} must hold integers")
+    if arr.ndim != ndim:
+        raise InvalidInput(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
+    return arr.astype(np.int64, copy=False)
+
+
+class Pool:
+    """An immutable candidate pool.  Build it with :meth:`Pool.from_routes`.
+
+    Attributes: ``n`` nodes; ``parents`` (-1 = root, ``parents[i] < i``);
+    ``probs`` (path probabilities p_v, floats in [0, 1]); ``levels``
+    (1 = child of the root); ``depth`` (max level, 0 if empty);
+    ``num_layers``, ``num_experts``; ``root_count`` (distinct pairs the root
+    routes to); ``masks`` (per-node bitmap of the pairs it adds to the root's);
+    ``credits`` (per node, the pairs whose first holder in id order it is: the
+    lower bound of the branch and bound, ``solvers.exact``).
+    """
+
+    __slots__ = ("n", "parents", "probs", "levels", "depth", "num_layers",
+                 "num_experts", "root_count", "masks", "ancestors", "credits", "_cache")
+
+    def __init__(self, parents, probs, levels, num_layers, num_experts, root_count, masks,
+                 credits=None):
+        # Internal constructor: inputs are already validated.
+        self.n = len(parents)
+        self.parents: tuple[int, ...] = parents
+        self.probs: tuple[float, ...] = probs
+        self.levels: tuple[int, ...] = levels
+        self.depth = max(levels, default=0)
+        self.num_layers = num_layers
+        self.num_experts = num_experts
+        self.root_count = root_count
+        self.masks: tuple[int, ...] = masks
+        anc = []
+        for v, a in enumerate(parents):
+            anc.append((1 << v) | (anc[a] if a >= 0 else 0))
+        #: ancestors[v]: bitmask over node ids of v and all its ancestors
+        self.ancestors: tuple[int, ...] = tuple(anc)
+        if credits is None:
+            credits, seen = [], 0
+            for m in masks:
+                credits.append((m & ~seen).bit_count())
+                seen |= m
+        self.credits: tuple[int, ...] = tuple(credits)
+        self._cache: dict = {}
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def from_routes(cls, parents: Sequence[int], probs: Sequence[float], root_routes,
+                    node_routes, num_experts: int) -> "Pool":
+        """Validate and build a pool.
+
+        ``parents``: int sequence, -1 = root, ``parents[i] < i``.  ``probs``:
+        path probabilities in [0, 1].  ``root_routes``: ints ``[L, k]``;
+        ``node_routes``: ints ``[n, L, k]`` (any int dtype; n may be 0).
+        Duplicate experts within one layer's route count once (sets).
+        Cost: O(n·L·k + L·N) numpy work plus one ``int.from_bytes`` per node.
+        """
+        if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) \
+                or num_experts <= 0:
+            raise InvalidInput(f"num_experts must be a positive integer, got {num_experts!r}")
+        N = int(num_experts)
+        par = _as_int_array("parents", parents, 1)
+        n = par.shape[0]
+        ids = np.arange(n)
+        bad = np.nonzero(par == ids)[0]
+        if bad.size:
+            raise InvalidInput(f"parents: node {bad[0]} is its own parent (a cycle)")
+        bad = np.nonzero(par > ids)[0]
+        if bad.size:
+            v = int(bad[0])
+            raise InvalidInput(f"parents: node {v} has parent {int(par[v])} listed after it "
+                               f"(parents must precede children; this also rules out cycles)")
+        bad = np.nonzero(par < -1)[0]
+        if bad.size:
+            raise InvalidInput(f"parents: node {int(bad[0])} has parent {int(par[bad[0]])}; "
+                               f"use -1 for the root")
+        try:
+            p = np.asarray(probs, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"probs must be numbers: {exc}") from None
+        if p.shape != (n,):
+            raise InvalidInput(f"probs has shape {p.shape}, expected ({n},) to match parents")
+        bad = np.nonzero(~((p >= 0.0) & (p <= 1.0)))[0]
+        if bad.size:
+            raise InvalidInput(f"probs: node {int(bad[0])} has probability {p[bad[0]]!r}, "
+                               f"outside [0, 1]")
+        root = _as_int_array("root_routes", root_routes, 2)
+        L = root.shape[0]
+        nodes = _as_int_array("node_routes", node_routes, 3)
+        if nodes.shape[0] != n:
+            raise InvalidInput(f"node_routes has {nodes.shape[0]} nodes but parents has {n}")
+        if n and nodes.shape[1] != L:
+            raise InvalidInput(f"node_routes has {nodes.shape[1]} layers but root_routes has {L}")
+        for name, arr in (("root_routes", root), ("node_routes", nodes)):
+            if arr.size and (arr.min() < 0 or arr.max() >= N):
+                bad_val = arr.min() if arr.min() < 0 else arr.max()
+                raise InvalidInput(f"{name}: expert id {int(bad_val)} is outside [0, {N})")
+        idx_dtype = np.intp
+        offset = (np.arange(L, dtype=idx_dtype) * N)[:, None]
+        root_flat = (root + offset).ravel()
+        in_root = np.zeros(L * N, dtype=bool)
+        in_root[root_flat] = True
+        root_count = int(np.count_nonzero(in_root))
+        if n == 0:
+            masks: tuple[int, ...] = ()
+            credits: list[int] = []
+        else:
+            flat = (nodes + offset).reshape(n, -1)
+            # renumber the pairs some node adds (not the root's) densely: short bitmaps
+            present = np.zeros(L * N, dtype=bool)
+            present[flat] = True
+            present[root_flat] = False
+            used = np.flatnonzero(present)
+            U = used.size
+            column = np.full(L * N, U, dtype=idx_dtype)   # root pairs -> spare column U
+            column[used] = np.arange(U, dtype=idx_dtype)
+            width = U + 1
+            member = np.zeros(n * width, dtype=bool)
+            member[(column[flat] + (np.arange(n, dtype=idx_dtype) * width)[:, None]).ravel()] = True
+            member = member.reshape(n, width)
+            member[:, U] = False
+            packed = np.packbits(member, axis=1, bitorder="little")
+            from_bytes = int.from_bytes
+            raw, nb = packed.tobytes(), packed.shape[1]
+            masks = tuple(from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n))
+            # first holder (in id order) of every pair; the spare column U is excluded
+            credits = np.bincount(member[:, :U].argmax(axis=0), minlength=n).tolist()
+        levels = []
+        plist = par.tolist()
+        for a in plist:
+            levels.append(1 if a < 0 else levels[a] + 1)
+        return cls(tuple(plist), tuple(p.tolist()), tuple(levels), L, N, root_count, masks,
+                   credits)
+
+    # -- views ----------------------------------------------------------------------
+    def upto_level(self, d: int) -> tuple["Pool", tuple[int, ...]]:
+        """V≤d (SpecFit §3.3, Lemma 2) as a pool, and the original ids of its nodes.
+
+        Ids keep their relative order, so parents still precede children.  O(n).
+        """
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise InvalidInput(f"level d must be a non-negative integer, got {d!r}")
+        keep = tuple(v for v in range(self.n) if self.levels[v] <= d)
+        m = len(keep)
+        if m == self.n:
+            return self, keep
+        if keep[-1:] == (m - 1,):
+            # the ids of V≤d are a prefix (pools listed level by level): slice everything
+            sub = Pool.__new__(Pool)
+            sub.n, sub.parents, sub.probs = m, self.parents[:m], self.probs[:m]
+            sub.levels = self.levels[:m]
+            sub.depth = max(sub.levels, default=0)
+            sub.num_layers, sub.num_experts = self.num_layers, self.num_experts
+            sub.root_count, sub.masks = self.root_count, self.masks[:m]
+            sub.ancestors, sub.credits = self.ancestors[:m], self.credits[:m]
+            sub._cache = {}
+            return sub, keep
+        new_id = {v: i for i, v in enumerate(keep)}
+        parents = tuple(-1 if self.parents[v] < 0 else new_id[self.parents[v]] for v in keep)
+        sub = Pool(parents, tuple(self.probs[v] for v in keep),
+                   tuple(self.levels[v] for v in keep), self.num_layers, self.num_experts,
+                   self.root_count, tuple(self.masks[v] for v in keep))
+        return sub, keep
+
+    def is_legal(self, nodes) -> bool:
+        """Whether ``nodes`` (distinct ids) is ancestor-closed (the family of Eq. 2 without K)."""
+        mask = 0
+        for v in nodes:
+            mask |= 1 << v
+        return all(self.ancestors[v] & ~mask == 0 for v in nodes)
+
+    def __repr__(self) -> str:
+        return (f"Pool(n={self.n}, depth={self.depth}, layers={self.num_layers}, "
+                f"experts={self.num_experts}, root_count={self.root_count})")

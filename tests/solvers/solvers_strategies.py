@@ -1,0 +1,63 @@
+"""Hypothesis strategies: small random pools with ties and degenerate cases."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from solvers_brute import RawPool
+
+PROBS = st.one_of(st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+                  st.floats(0.0, 1.0, allow_nan=False))
+
+
+@st.composite
+def raw_pools(draw, max_nodes: int = 8, min_nodes: int = 0):
+    n = draw(st.integers(min_nodes, max_nodes))
+    L = draw(st.integers(1, 3))
+    N = draw(st.integers(2, 6))
+    k = draw(st.integers(1, min(3, N)))
+    parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
+    mode = draw(st.sampled_from(["random", "probs01", "same_probs"]))
+    if mode == "probs01":
+        probs = [draw(st.sampled_from([0.0, 1.0])) for _ in range(n)]
+    elif mode == "same_probs":
+        x = draw(PROBS)
+        probs = [x] * n
+    else:
+        probs = [draw(PROBS) for _ in range(n)]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    identical = draw(st.booleans())
+
+    def route():
+        return np.sort(np.argsort(rng.random((L, N)), axis=1)[:, :k], axis=1)
+
+    root = route()
+    nodes = np.empty((n, L, k), dtype=np.int64)
+    for v, a in enumerate(parents):
+        if identical or draw(st.integers(0, 3)) == 0:
+            nodes[v] = root if a < 0 else nodes[a]     # identical routes: ties in F
+        else:
+            nodes[v] = route()
+    return RawPool(parents, probs, root, nodes, N)
+
+
+@st.composite
+def costs(draw, K: int):
+    """(b, beta) with b of length K+1; small integers make exact ties likely."""
+    ints = draw(st.booleans())
+    if ints:
+        b = [float(draw(st.integers(1, 4))) for _ in range(K + 1)]
+        beta = float(draw(st.sampled_from([0, 1, 2])))
+    else:
+        b = [draw(st.floats(0.1, 10.0)) for _ in range(K + 1)]
+        beta = draw(st.floats(0.0, 3.0))
+    return b, beta
+
+
+@st.composite
+def affine_costs(draw, size: int):
+    b0 = draw(st.one_of(st.sampled_from([1.0, 2.0]), st.floats(0.1, 10.0)))
+    a = draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 2.0)))
+    beta = draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 3.0)))
+    return [b0 + a * j for j in range(size + 1)], beta
