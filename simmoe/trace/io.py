@@ -1,0 +1,516 @@
+"""Trace files: one self-describing, versioned parquet file per trace (zstd).
+
+Layout (``docs/trace-format.md`` has the full description):
+
+* one parquet row per (request, position), in trace order;
+* scalar columns ``pos_request``, ``pos_index``, ``root_token``;
+* one list column per node field (``node_parent``, ``node_level``,
+  ``node_token``, ``node_q``, ``node_p``, ``node_agree`` and the optional
+  ``node_target_prob``), each list holding the pool of that position;
+  optional ``draft_time_ms`` (a list of ``depth`` floats per position);
+* routes in reference-delta form (:mod:`simmoe.trace.route_codec`): binary
+  columns ``root_routes_{keep,place,new}`` (root against the previous
+  position's root of the same request) and ``node_routes_{keep,place,new}``
+  (every node against its parent, level-1 nodes against the root);
+* the parquet schema metadata key ``simmoe`` holds JSON with the schema
+  version, the route codec, ``Trace.meta`` and the request table (the
+  prefill expert unions bit-packed, zstd-compressed, base64).
+
+Reading is columnar: list and binary columns are turned into flat numpy
+arrays from their arrow buffers, and routes are decoded level by level
+(nodes) and position by position across all requests at once (roots).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simmoe.errors import TraceError
+from simmoe.trace import route_codec
+from simmoe.trace.schema import SCHEMA_VERSION, ModelGeometry, Requests, Trace
+from simmoe.trace.validate import check_pool_structure, validate_trace
+
+METADATA_KEY = b"simmoe"
+FORMAT_NAME = "simmoe-trace"
+ROUTE_CODEC = "reference-delta-gap-1"
+ZSTD_LEVEL = 3  # level 3 compresses these columns as well as 9-19 and faster
+# Threads for decoding node routes (numpy releases the GIL in its loops).
+DECODE_THREADS = min(2, os.cpu_count() or 1)
+
+# Required scalar, list and binary columns and their arrow value types.
+SCALAR_COLUMNS = {"pos_request": pa.int32(), "pos_index": pa.int32(), "root_token": pa.int32()}
+NODE_COLUMNS = {"node_parent": pa.int16(), "node_level": pa.int8(), "node_token": pa.int32(),
+                "node_q": pa.float32(), "node_p": pa.float32(), "node_agree": pa.bool_()}
+OPTIONAL_NODE_COLUMNS = {"node_target_prob": pa.float32()}
+ROUTE_PARTS = ("keep", "place", "new")
+ROUTE_COLUMNS = [f"{who}_routes_{part}" for who in ("root", "node") for part in ROUTE_PARTS]
+DRAFT_TIME_COLUMN = "draft_time_ms"
+
+
+# ---------------------------------------------------------------- writing ---
+
+def write_trace(trace: Trace, path) -> None:
+    """Validate ``trace`` and write it to ``path`` atomically (temp file + ``os.replace``).
+
+    Raises :class:`TraceError` if the trace is invalid; nothing is written then.
+    """
+    path = Path(path)
+    validate_trace(trace, path=str(path))
+    table = _to_table(trace, str(path))
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise TraceError("the folder does not exist", path=str(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        pq.write_table(
+            table, tmp, compression="zstd", compression_level=ZSTD_LEVEL,
+            use_dictionary=False, data_page_size=8 << 20, write_statistics=False,
+            # Floats compress better split into byte planes; nested columns are named by their leaf path.
+            column_encoding={f"{c}.list.element": "BYTE_STREAM_SPLIT"
+                             for c in ("node_q", "node_p", "node_target_prob") if c in table.column_names},
+        )
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _to_table(trace: Trace, path: str) -> pa.Table:
+    geometry = trace.geometry
+    dtype = geometry.route_dtype
+    P, M = trace.num_positions, trace.num_nodes
+    node_ptr = np.asarray(trace.node_ptr, dtype=np.int64)
+    pos_request = np.asarray(trace.pos_request, dtype=np.int32)
+    root_routes = np.asarray(trace.root_routes, dtype=dtype)
+    node_routes = np.asarray(trace.node_routes, dtype=dtype).reshape(M, geometry.num_layers, geometry.top_k)
+
+    # Roots: against the previous row when it belongs to the same request.
+    prev_ref = np.zeros(P, dtype=bool)
+    prev_ref[1:] = pos_request[1:] == pos_request[:-1]
+    ref = np.empty_like(root_routes)
+    if P:
+        ref[1:] = root_routes[:-1]
+        ref[0] = 0
+    root_parts = route_codec.encode(root_routes, ref, prev_ref)
+    # Nodes: against the parent; level-1 nodes against their position's root.
+    node_pos = np.repeat(np.arange(P, dtype=np.int64), np.diff(node_ptr))
+    parent = np.asarray(trace.node_parent, dtype=np.int64)
+    node_ref = np.empty_like(node_routes)
+    top = parent < 0
+    node_ref[top] = root_routes[node_pos[top]]
+    node_ref[~top] = node_routes[node_ptr[node_pos[~top]] + parent[~top]]
+    node_parts = route_codec.encode(node_routes, node_ref)
+    del node_ref, ref
+
+    L, kb = geometry.num_layers, route_codec.mask_bytes(geometry.top_k)
+    row_cells = np.arange(P + 1, dtype=np.int64) * L
+    node_cells = node_ptr * L
+    columns: dict[str, pa.Array] = {
+        "pos_request": pa.array(pos_request, pa.int32()),
+        "pos_index": pa.array(np.asarray(trace.pos_index, dtype=np.int32), pa.int32()),
+        "root_token": pa.array(np.asarray(trace.root_token, dtype=np.int32), pa.int32()),
+    }
+    for name, vtype in NODE_COLUMNS.items():
+        columns[name] = _list_array(node_ptr, getattr(trace, name), vtype)
+    if trace.node_target_prob is not None:
+        columns["node_target_prob"] = _list_array(node_ptr, trace.node_target_prob, pa.float32())
+    if trace.draft_time_ms is not None:
+        dt = np.asarray(trace.draft_time_ms, dtype=np.float32)
+        columns[DRAFT_TIME_COLUMN] = _list_array(np.arange(P + 1, dtype=np.int64) * dt.shape[1],
+                                                 dt.reshape(-1), pa.float32())
+    pb = route_codec.place_bytes(geometry.top_k)
+    for who, parts, cells in (("root", root_parts, row_cells), ("node", node_parts, node_cells)):
+        keep, place, new = parts
+        new_counts = geometry.top_k - route_codec.kept_counts(keep).reshape(-1).astype(np.int64)
+        new_ptr = np.concatenate([[0], np.cumsum(new_counts, dtype=np.int64)])[cells] * dtype.itemsize
+        columns[f"{who}_routes_keep"] = _binary_array(cells * kb, keep.reshape(-1))
+        columns[f"{who}_routes_place"] = _binary_array(cells * pb, place.reshape(-1))
+        columns[f"{who}_routes_new"] = _binary_array(new_ptr, new.reshape(-1).view(np.uint8))
+    table = pa.table(columns)
+    header = {
+        "format": FORMAT_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "route_codec": ROUTE_CODEC,
+        "route_dtype": dtype.name,
+        "place_coding": route_codec.place_coding(geometry.top_k),
+        "meta": trace.meta,
+        "requests": _requests_to_json(trace.requests),
+    }
+    try:
+        blob = json.dumps(header, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"trace metadata is not JSON-serialisable: {exc}", path=path, field="meta") from None
+    return table.replace_schema_metadata({METADATA_KEY: blob.encode()})
+
+
+def _list_array(offsets: np.ndarray, values, vtype: pa.DataType) -> pa.Array:
+    values = pa.array(np.asarray(values).reshape(-1), type=vtype)
+    return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values)
+
+
+def _binary_array(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                 [None, pa.py_buffer(np.ascontiguousarray(offsets, dtype=np.int64)),
+                                  pa.py_buffer(data)])
+
+
+def _requests_to_json(req: Requests) -> dict:
+    union = np.asarray(req.prefill_union, dtype=bool)
+    packed = np.packbits(union.reshape(-1))
+    compressed = pa.compress(packed.tobytes(), codec="zstd", asbytes=True)
+    return {
+        "request_id": [str(x) for x in req.request_id],
+        "dataset": [str(x) for x in req.dataset],
+        "prompt_len": [int(x) for x in req.prompt_len],
+        "output_len": [int(x) for x in req.output_len],
+        "prefill_time_ms": [None if not math.isfinite(float(x)) else float(x) for x in req.prefill_time_ms],
+        "prefill_union": {"shape": list(union.shape),
+                          "zstd_base64": base64.b64encode(compressed).decode("ascii"),
+                          "raw_bytes": int(len(packed))},
+    }
+
+
+# ---------------------------------------------------------------- reading ---
+
+def read_trace(path, *, validate: bool = True) -> Trace:
+    """Read a trace file into flat numpy arrays.
+
+    Raises :class:`TraceError` (naming the file, the row and the field) on a
+    file that is not a valid trace.  With ``validate=False`` only what
+    decoding depends on is checked (columns, types, pool structure, the shape
+    of the route columns).
+    """
+    spath = str(path)
+    if not Path(path).is_file():
+        raise TraceError("no such file", path=spath)
+    try:
+        pfile = pq.ParquetFile(path, memory_map=True)
+        schema = pfile.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"not a parquet file ({exc})", path=spath) from None
+    header = _read_header(schema, spath)
+    meta = header["meta"]
+    try:
+        geometry = ModelGeometry.from_dict(meta["geometry"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceError(f"bad model geometry ({exc!r})", path=spath, field="meta.geometry") from None
+    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
+        raise TraceError(f"bad model geometry {geometry.to_dict()}", path=spath, field="meta.geometry")
+    _check_column_types(schema, spath)
+    try:
+        table = pfile.read()
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"unreadable parquet data ({exc})", path=spath) from None
+    for name in table.column_names:
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise TraceError("missing value", path=spath, row=row, field=name)
+
+    P = table.num_rows
+    pos_request = _scalar(table, "pos_request")
+    pos_index = _scalar(table, "pos_index")
+    root_token = _scalar(table, "root_token")
+    node_ptr, node = _node_lists(table, spath)
+    check_pool_structure(node_ptr, node["node_parent"], node["node_level"], path=spath)
+
+    draft_time = None
+    if DRAFT_TIME_COLUMN in table.column_names:
+        dt_ptr, dt_values = _list_column(table.column(DRAFT_TIME_COLUMN))
+        width = np.diff(dt_ptr)
+        if P and np.any(width != width[0]):
+            row = int(np.flatnonzero(width != width[0])[0])
+            raise TraceError(f"{int(width[row])} levels, expected {int(width[0])} like row 0",
+                             path=spath, row=row, field=DRAFT_TIME_COLUMN)
+        draft_time = dt_values.reshape(P, int(width[0]) if P else 0)
+
+    root_routes = _decode_roots(table, pos_request, geometry, spath)
+    node_routes = _decode_nodes(table, node_ptr, node["node_parent"], node["node_level"],
+                                root_routes, geometry, spath)
+    trace = Trace(
+        meta=meta, requests=_requests_from_json(header["requests"], geometry, spath),
+        pos_request=pos_request, pos_index=pos_index, root_token=root_token,
+        root_routes=root_routes, node_ptr=node_ptr,
+        node_parent=node["node_parent"], node_level=node["node_level"], node_token=node["node_token"],
+        node_q=node["node_q"], node_p=node["node_p"], node_agree=node["node_agree"],
+        node_routes=node_routes, node_target_prob=node.get("node_target_prob"),
+        draft_time_ms=draft_time, path=spath,
+    )
+    if validate:
+        validate_trace(trace, path=spath)
+    return trace
+
+
+def _read_header(schema: pa.Schema, path: str) -> dict:
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise TraceError("not a simmoe trace (no 'simmoe' schema metadata)", path=path)
+    try:
+        header = json.loads(raw)
+    except ValueError as exc:
+        raise TraceError(f"unreadable trace metadata ({exc})", path=path, field="simmoe") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+        raise TraceError("not a simmoe trace (metadata has no format tag)", path=path, field="format")
+    version = header.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise TraceError(f"unknown schema version {version!r} (this simmoe reads version {SCHEMA_VERSION})",
+                         path=path, field="schema_version")
+    if header.get("route_codec") != ROUTE_CODEC:
+        raise TraceError(f"unknown route codec {header.get('route_codec')!r} (expected {ROUTE_CODEC!r})",
+                         path=path, field="route_codec")
+    for key in ("meta", "requests"):
+        if not isinstance(header.get(key), dict):
+            raise TraceError(f"metadata has no {key!r} object", path=path, field=key)
+    if header["meta"].get("schema_version") != SCHEMA_VERSION:
+        raise TraceError(f"unknown schema version {header['meta'].get('schema_version')!r} "
+                         f"(this simmoe reads version {SCHEMA_VERSION})", path=path, field="meta.schema_version")
+    return header
+
+
+def _check_column_types(schema: pa.Schema, path: str) -> None:
+    names = set(schema.names)
+    expected: dict[str, str] = {}
+    for name, vtype in SCALAR_COLUMNS.items():
+        expected[name] = "scalar"
+    for name in NODE_COLUMNS:
+        expected[name] = "list"
+    for name in ROUTE_COLUMNS:
+        expected[name] = "binary"
+    for name, kind in expected.items():
+        if name not in names:
+            raise TraceError("missing column", path=path, field=name)
+    for name in OPTIONAL_NODE_COLUMNS:
+        if name in names:
+            expected[name] = "list"
+    if DRAFT_TIME_COLUMN in names:
+        expected[DRAFT_TIME_COLUMN] = "list"
+    value_types = {**SCALAR_COLUMNS, **NODE_COLUMNS, **OPTIONAL_NODE_COLUMNS, DRAFT_TIME_COLUMN: pa.float32()}
+    for name, kind in expected.items():
+        t = schema.field(name).type
+        if kind == "scalar":
+            ok, want = t == value_types[name], str(value_types[name])
+        elif kind == "list":
+            ok = (pa.types.is_list(t) or pa.types.is_large_list(t)) and t.value_type == value_types[name]
+            want = f"list<{value_types[name]}>"
+        else:
+            ok, want = pa.types.is_binary(t) or pa.types.is_large_binary(t), "binary"
+        if not ok:
+            raise TraceError(f"column has type {t}, expected {want}", path=path, field=name)
+    unknown = names - set(expected)
+    if unknown:
+        raise TraceError(f"unknown column (not in schema version {SCHEMA_VERSION})", path=path,
+                         field=sorted(unknown)[0])
+
+
+def _scalar(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    return col.to_numpy() if col.num_chunks else np.zeros(0, dtype=SCALAR_COLUMNS[name].to_pandas_dtype())
+
+
+def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets int64 [rows + 1], flat values) of a list column, chunks concatenated."""
+    ptrs, values, base = [np.zeros(1, dtype=np.int64)], [], 0
+    vtype = col.type.value_type
+    for chunk in col.chunks:
+        off = np.asarray(chunk.offsets, dtype=np.int64)
+        ptrs.append(off[1:] - off[0] + base)
+        base += int(off[-1] - off[0])
+        values.append(chunk.flatten().to_numpy(zero_copy_only=False))
+    if not values:
+        return ptrs[0], np.zeros(0, dtype=vtype.to_pandas_dtype())
+    return np.concatenate(ptrs), np.concatenate(values)
+
+
+def _binary_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets int64 [rows + 1], flat uint8 data) of a binary column, chunks concatenated."""
+    ptrs, datas, base = [np.zeros(1, dtype=np.int64)], [], 0
+    for chunk in col.chunks:
+        large = pa.types.is_large_binary(chunk.type)
+        _, obuf, dbuf = chunk.buffers()
+        off = np.frombuffer(obuf, dtype=np.int64 if large else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        off = off.astype(np.int64)
+        data = np.frombuffer(dbuf, dtype=np.uint8) if dbuf is not None else np.zeros(0, np.uint8)
+        datas.append(data[off[0]:off[-1]])
+        ptrs.append(off[1:] - off[0] + base)
+        base += int(off[-1] - off[0])
+    if len(datas) == 1:  # the usual case: no copy
+        return np.concatenate(ptrs), datas[0]
+    return np.concatenate(ptrs), (np.concatenate(datas) if datas else np.zeros(0, np.uint8))
+
+
+def _node_lists(table: pa.Table, path: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    node_ptr, out = None, {}
+    for name in [*NODE_COLUMNS, *[c for c in OPTIONAL_NODE_COLUMNS if c in table.column_names]]:
+        ptr, values = _list_column(table.column(name))
+        if node_ptr is None:
+            node_ptr = ptr
+        elif not np.array_equal(ptr, node_ptr):
+            row = int(np.flatnonzero(np.diff(ptr) != np.diff(node_ptr))[0])
+            raise TraceError(f"{int(ptr[row + 1] - ptr[row])} entries but node_parent has "
+                             f"{int(node_ptr[row + 1] - node_ptr[row])}", path=path, row=row, field=name)
+        out[name] = values.astype(NODE_COLUMNS.get(name, pa.float32()).to_pandas_dtype(), copy=False)
+    return node_ptr, out
+
+
+def _route_parts(table: pa.Table, who: str, cells_per_row: np.ndarray, geometry: ModelGeometry,
+                 path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Keep and place masks per cell and the new-slot gaps, after shape checks.
+
+    Word path (:func:`route_codec.word_path`): masks as one lane-mask byte
+    per cell; otherwise ``bool [cells, k]``.
+    """
+    k, L = geometry.top_k, geometry.num_layers
+    field = f"{who}_routes"
+    codes = []
+    for part, width in (("keep", route_codec.mask_bytes(k)), ("place", route_codec.place_bytes(k))):
+        ptr, data = _binary_column(table.column(f"{field}_{part}"))
+        lengths = np.diff(ptr)
+        bad = np.flatnonzero(lengths != cells_per_row * width)
+        if len(bad):
+            row = int(bad[0])
+            raise TraceError(f"{int(lengths[row])} bytes, expected {int(cells_per_row[row] * width)} "
+                             f"({int(cells_per_row[row] // L)} route rows x {L} layers x {width} B): "
+                             f"route array of the wrong shape", path=path, row=row, field=f"{field}_{part}")
+        codes.append(data.reshape(-1, width))
+    if route_codec.word_path(k, geometry.route_dtype):
+        keep = codes[0][:, 0]
+        place, bad = route_codec.place_lanes(keep, codes[1][:, 0])
+    else:
+        keep, place, bad = route_codec.unpack_masks(codes[0], codes[1], k)
+    if bad.any():
+        row = _row_of_cell(int(np.flatnonzero(bad)[0]), cells_per_row)
+        raise TraceError("inconsistent keep/place codes (bits beyond top-k, or a place code that does not "
+                         "match the number of kept experts)", path=path, row=row, field=f"{field}_place")
+    ptr, data = _binary_column(table.column(f"{field}_new"))
+    itemsize = geometry.route_dtype.itemsize
+    kept_per_row = np.zeros(len(cells_per_row), dtype=np.int64)
+    nonempty = np.flatnonzero(cells_per_row > 0)
+    if len(nonempty):
+        cell_start = np.cumsum(cells_per_row) - cells_per_row
+        kept_per_row[nonempty] = np.add.reduceat(route_codec.kept_counts(codes[0]), cell_start[nonempty],
+                                                 dtype=np.int64)
+    want = (cells_per_row * k - kept_per_row) * itemsize
+    lengths = np.diff(ptr)
+    bad = np.flatnonzero(lengths != want)
+    if len(bad):
+        row = int(bad[0])
+        raise TraceError(f"{int(lengths[row])} bytes of new expert ids, the masks call for {int(want[row])}: "
+                         f"route array of the wrong shape", path=path, row=row, field=f"{field}_new")
+    new_gaps = data.view(geometry.route_dtype) if itemsize > 1 else data
+    return keep, place, new_gaps
+
+
+def _row_of_cell(cell: int, cells_per_row: np.ndarray) -> int:
+    return int(np.searchsorted(np.cumsum(cells_per_row), cell, side="right"))
+
+
+def _batches(key: np.ndarray, first: int):
+    """Row indices grouped by ``key`` value, for values ``first .. max`` in increasing order."""
+    order = np.argsort(key, kind="stable")
+    bounds = np.searchsorted(key[order], np.arange(first, int(key.max(initial=first - 1)) + 2))
+    for b in range(len(bounds) - 1):
+        yield order[bounds[b]:bounds[b + 1]]
+
+
+def _decode_roots(table: pa.Table, pos_request: np.ndarray, geometry: ModelGeometry, path: str) -> np.ndarray:
+    P, L, k = len(pos_request), geometry.num_layers, geometry.top_k
+    keep, place, gaps = _route_parts(table, "root", np.full(P, L, dtype=np.int64), geometry, path)
+    words = route_codec.word_path(k, geometry.route_dtype)
+    keep, place = (keep.reshape(P, L), place.reshape(P, L)) if words else (keep.reshape(P, L, k), place.reshape(P, L, k))
+    # A root's reference is the previous row when that row belongs to the same request.
+    same = np.zeros(P, dtype=bool)
+    same[1:] = pos_request[1:] == pos_request[:-1]
+    first = np.flatnonzero(~same)
+    has_keep = keep[first].reshape(len(first), -1).any(axis=1)
+    if has_keep.any():
+        raise TraceError("the first position of a request keeps experts of a reference it does not have",
+                         path=path, row=int(first[np.flatnonzero(has_keep)[0]]), field="root_routes_keep")
+    # Rank of each row within its run of same-request rows; decode rank by rank, all requests at once.
+    rank = np.arange(P) - np.maximum.accumulate(np.where(same, 0, np.arange(P)))
+    if words:
+        routes = route_codec.new_words(place.reshape(-1), gaps).reshape(P, L)
+        route_codec.ungap_words(routes, first, place)
+        for rows in _batches(rank, 1):
+            route_codec.resolve_words(routes, rows, lambda r: routes[r - 1], keep, place)
+        return routes.view(np.uint8).reshape(P, L, k)
+    routes = np.empty((P, L, k), dtype=geometry.route_dtype)
+    route_codec.fill_new(place, gaps, routes)
+    route_codec.resolve_unreferenced(routes, first, place)
+    for rows in _batches(rank, 1):
+        route_codec.resolve(routes, rows, routes[rows - 1], keep, place)
+    return routes
+
+
+@contextlib.contextmanager
+def _no_pool():
+    yield None
+
+
+def _decode_nodes(table: pa.Table, node_ptr: np.ndarray, parent: np.ndarray, level: np.ndarray,
+                  root_routes: np.ndarray, geometry: ModelGeometry, path: str) -> np.ndarray:
+    P, M = len(node_ptr) - 1, int(node_ptr[-1])
+    L, k = geometry.num_layers, geometry.top_k
+    keep, place, gaps = _route_parts(table, "node", np.diff(node_ptr) * L, geometry, path)
+    node_pos = np.repeat(np.arange(P, dtype=np.int64), np.diff(node_ptr))
+    global_parent = node_ptr[node_pos] + parent.astype(np.int64)
+    if route_codec.word_path(k, geometry.route_dtype):
+        keep, place = keep.reshape(M, L), place.reshape(M, L)
+        root_words = root_routes.view(np.uint64).reshape(P, L)
+        with ThreadPoolExecutor(max_workers=DECODE_THREADS) if DECODE_THREADS > 1 else _no_pool() as pool:
+            routes = route_codec.new_words(place.reshape(-1), gaps, pool).reshape(M, L)
+            for d, rows in enumerate(_batches(level, 1)):
+                ref = (lambda r: root_words[node_pos[r]]) if d == 0 else (lambda r: routes[global_parent[r]])
+                route_codec.resolve_words(routes, rows, ref, keep, place, pool)
+        return routes.view(np.uint8).reshape(M, L, k)
+    keep, place = keep.reshape(M, L, k), place.reshape(M, L, k)
+    routes = np.empty((M, L, k), dtype=geometry.route_dtype)
+    route_codec.fill_new(place, gaps, routes)
+    for d, rows in enumerate(_batches(level, 1)):
+        ref = root_routes[node_pos[rows]] if d == 0 else routes[global_parent[rows]]
+        route_codec.resolve(routes, rows, ref, keep, place)
+    return routes
+
+
+def _requests_from_json(d: dict, geometry: ModelGeometry, path: str) -> Requests:
+    try:
+        ids, datasets = d["request_id"], d["dataset"]
+        R = len(ids)
+        for key in ("dataset", "prompt_len", "output_len", "prefill_time_ms"):
+            if len(d[key]) != R:
+                raise TraceError(f"{len(d[key])} entries for {R} requests", path=path, field=f"requests.{key}")
+        pu = d["prefill_union"]
+        shape = tuple(int(x) for x in pu["shape"])
+        if shape != (R, geometry.num_layers, geometry.num_experts):
+            raise TraceError(f"shape {shape}, expected {(R, geometry.num_layers, geometry.num_experts)}",
+                             path=path, field="requests.prefill_union")
+        raw = pa.decompress(base64.b64decode(pu["zstd_base64"]), decompressed_size=int(pu["raw_bytes"]),
+                            codec="zstd", asbytes=True)
+        bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:int(np.prod(shape))]
+        if len(bits) != int(np.prod(shape)):
+            raise TraceError("too few bits for its shape", path=path, field="requests.prefill_union")
+        return Requests(
+            request_id=np.array([str(x) for x in ids], dtype=object),
+            dataset=np.array([str(x) for x in datasets], dtype=object),
+            prompt_len=np.array(d["prompt_len"], dtype=np.int32),
+            output_len=np.array(d["output_len"], dtype=np.int32),
+            prefill_union=bits.reshape(shape).astype(bool),
+            prefill_time_ms=np.array([np.nan if x is None else float(x) for x in d["prefill_time_ms"]],
+                                     dtype=np.float64),
+        )
+    except TraceError:
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError, pa.ArrowException) as exc:
+        raise TraceError(f"bad request table ({exc!r})", path=path, field="requests") from None

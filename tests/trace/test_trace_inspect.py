@@ -1,0 +1,66 @@
+"""`simmoe inspect`: tables, JSON, the synthetic label, and one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from tracefile_helpers import clone, write_unchecked
+
+from simmoe.cli import main
+from simmoe.cli.inspect import render
+from simmoe.trace.io import write_trace
+from simmoe.trace.stats import trace_statistics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_json_matches_statistics(tmp_path, small_trace, capsys):
+    path = tmp_path / "t.parquet"
+    write_trace(small_trace, path)
+    assert main(["inspect", str(path), "--json", "--bins", "5"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = trace_statistics(small_trace, bins=5)
+    assert got.pop("file") == str(path)
+    assert got == json.loads(json.dumps(want))
+    assert got["synthetic"] is True and len(got["calibration"]["bins"]) == 5
+
+
+def rendered(stats) -> str:
+    buf = io.StringIO()
+    render(stats, Console(file=buf, width=120, color_system=None), per_layer=True)
+    return buf.getvalue()
+
+
+def test_tables_say_synthetic_prominently(small_trace):
+    text = rendered(trace_statistics(small_trace))
+    assert text.lstrip().splitlines()[0].count("─") > 10  # a panel opens the output
+    assert "SYNTHETIC TRACE" in text.split("Trace")[0]
+    for heading in ("Acceptance by level", "Calibration", "Expert reuse", "popularity", "tree size t"):
+        assert heading in text
+
+
+def test_imported_trace_is_not_labelled_synthetic(ar_trace):
+    t = clone(ar_trace)
+    t.meta["provenance"] = {"kind": "imported", "source": "log.jsonl"}
+    text = rendered(trace_statistics(t))
+    assert "SYNTHETIC" not in text
+    assert "autoregressive-only" in text and "window of t committed tokens" in text
+
+
+@pytest.mark.parametrize("args", [["--bins", "0"], []])
+def test_errors_are_one_line_exit_2(tmp_path, small_trace, args):
+    bad = clone(small_trace)
+    bad.node_level[2] += 1
+    path = tmp_path / "bad.parquet"
+    write_unchecked(bad, path)
+    res = subprocess.run([sys.executable, "-m", "simmoe", "inspect", str(path), *args],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert ("--bins" in res.stderr) if args else ("field 'node_level'" in res.stderr)
