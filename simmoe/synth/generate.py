@@ -1,0 +1,234 @@
+"""Assemble a synthetic :class:`~simmoe.trace.schema.Trace` from the generative model.
+
+Random streams are independent per purpose and per request (NumPy
+``SeedSequence`` spawn keys), so:
+
+* the same seed gives the same trace, bit for bit;
+* a trace of the first N requests is an exact prefix of the full-size one;
+* changing a routing parameter leaves lengths, tokens and pools unchanged,
+  and changing a draft parameter leaves the prompt/true-text routes
+  unchanged (common random numbers for fitting and for tests).
+
+Consistency that makes replay exact: the root of position t is the true
+token t; along the agreeing chain of pool(t) the node at depth j carries the
+true token and the root routes of position t + j; pools never reach past the
+last output position.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from simmoe import __version__
+from simmoe.errors import SimmoeError
+from simmoe.synth.draft import draft_pools, predictability, stretches
+from simmoe.synth.lengths import request_lengths
+from simmoe.synth.params import SynthParams
+from simmoe.synth.routing import ExpertSampler, context_chain, modulate, popularity, resample
+from simmoe.trace.schema import SCHEMA_VERSION, SYNTHETIC, Requests, Trace
+
+GENERATOR = f"simmoe.synth {__version__}"
+# spawn-key purposes of the random streams
+_POPULARITY, _LENGTHS, _DRAFT, _ROUTES, _TOPIC = 1, 2, 3, 4, 5
+_DATASET_KEY = {"gsm8k": 1, "cnndm": 2}
+
+
+def _rng(seed: int, *key: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+
+
+def model_popularity(params: SynthParams, seed: int) -> np.ndarray:
+    """The model's per-layer popularity ``[L, N]`` (shared by every dataset with this seed)."""
+    g = params.geometry
+    return popularity(g.num_layers, g.num_experts, params.popularity_sigma, _rng(seed, _POPULARITY))
+
+
+def request_sampler(params: SynthParams, probs: np.ndarray, seed: int, dkey: int, r: int) -> ExpertSampler:
+    """Expert draws of request ``r``: the model's popularity modulated by the request's topic."""
+    if params.topic_sigma == 0.0:
+        return ExpertSampler(probs)
+    return ExpertSampler(modulate(probs, params.topic_sigma, _rng(seed, _TOPIC, dkey, r)))
+
+
+def _sorted_routes(sets: np.ndarray, dtype) -> np.ndarray:
+    return np.sort(sets, axis=-1).astype(dtype)
+
+
+def _request_routes(params: SynthParams, sampler: ExpertSampler, prompt_len: int,
+                    pools, rng: np.random.Generator, with_nodes: bool = True):
+    """Prefill union, root routes ``[n, L, k]`` and node routes ``[n, M, L, k]`` of one request."""
+    g = params.geometry
+    L, k = g.num_layers, g.top_k
+    n, M = pools.valid.shape
+    T = prompt_len + n
+    C = context_chain(T, k, params.locality, sampler, rng)                       # [T, L, k]
+    w = params.history_reuse
+    hist = None
+    if w > 0.0:
+        # an earlier context of the true text for each position: recently used experts
+        back = rng.integers(1, params.history_tokens + 1, size=T)
+        hist = np.maximum(np.arange(T) - back, 0)
+    def noise(ctx, at):
+        """Token routes from contexts ``[m, L, k]`` of nodes predicting true-text rows ``at``."""
+        m = len(ctx)
+        src = None if hist is None else C[hist[at]].reshape(-1, k)
+        return resample(ctx.reshape(-1, k), np.tile(np.arange(L), m), params.token_share,
+                        sampler, rng, src, w).reshape(m, L, k)
+    R = noise(C, np.arange(T))
+    prefill = np.zeros((L, g.num_experts), dtype=bool)
+    if prompt_len:
+        prefill[np.repeat(np.arange(L), prompt_len * k),
+                R[:prompt_len].transpose(1, 0, 2).reshape(-1)] = True
+    node_routes = np.zeros((n, M, L, k), dtype=np.int32)
+    node_ctx = np.zeros((n, M, L, k), dtype=np.int32)
+    child_ctx = np.zeros((n, M, L, k), dtype=np.int32)   # stepped context of a node's children
+    has_child_ctx = np.zeros((n, M), dtype=bool)
+    rows = np.arange(n)
+    parent = pools.parent.astype(np.int64)
+    for m in range(M if with_nodes else 0):
+        live = pools.valid[:, m]
+        if not live.any():
+            continue
+        u = prompt_len + rows + pools.level[:, m].astype(np.int64)   # row of C/R of the predicted position
+        par = parent[:, m]
+        par_chain = (par < 0) | pools.chain[rows, np.maximum(par, 0)]
+        on_chain = live & pools.chain[:, m]
+        sib_of_chain = live & ~on_chain & par_chain
+        off = live & ~par_chain
+        # chain nodes: the true position's context and routes
+        i = np.flatnonzero(on_chain)
+        node_routes[i, m] = R[u[i]]
+        node_ctx[i, m] = C[u[i]]
+        # a sibling of the true token: same prefix, same context, own token noise
+        i = np.flatnonzero(sib_of_chain)
+        node_ctx[i, m] = C[u[i]]
+        # children of an off-chain node: one step from the parent's context, shared by siblings
+        i = np.flatnonzero(off)
+        need = i[~has_child_ctx[i, par[i]]]
+        if need.size:
+            stepped = resample(node_ctx[need, par[need]].reshape(-1, k), np.tile(np.arange(L), need.size),
+                               params.locality, sampler, rng).reshape(need.size, L, k)
+            child_ctx[need, par[need]] = stepped
+            has_child_ctx[need, par[need]] = True
+        node_ctx[i, m] = child_ctx[i, par[i]]
+        noisy = np.flatnonzero(sib_of_chain | off)
+        if noisy.size:
+            node_routes[noisy, m] = noise(node_ctx[noisy, m], u[noisy])
+    return prefill, R[prompt_len:], node_routes
+
+
+def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = None,
+             subset=None,
+             preset: str | None = None, fitted_to: tuple[str, ...] = (),
+             routes: bool = True, node_routes: bool = True,
+             progress: Callable[[int, int], None] | None = None) -> Trace:
+    """A synthetic trace of the first ``num_requests`` (default: all) questions of ``params.dataset``.
+
+    ``subset`` (indices into the question list, increasing) picks requests
+    instead; each is identical to its request in the full trace (calibration
+    fits on representative subsets this way).
+    ``routes=False`` skips the routes (all zeros; for fitting draft
+    parameters only — such a trace is not for replay); ``node_routes=False``
+    skips only the pool nodes' routes (the prefill unions and root routes are
+    the same as in the full trace: enough for AR statistics).  ``progress(done,
+    total)`` is called after each request.  Cost O(P·M·L·k) for P positions,
+    M nodes per pool; about 15 s for the 80-request GSM8K preset on one core.
+    """
+    g = params.geometry
+    L, N, k = g.num_layers, g.num_experts, g.top_k
+    dkey = _DATASET_KEY.get(params.dataset, 0)
+    with_nodes = bool(node_routes)
+    if subset is None:
+        R = params.num_requests if num_requests is None else int(num_requests)
+        index = np.arange(R)
+    else:
+        index = np.asarray(subset, dtype=np.int64)
+        if index.size == 0 or (np.diff(index) <= 0).any() or index[0] < 0:
+            raise SimmoeError("subset: give increasing, distinct, non-negative request indices")
+        R = len(index)
+    qids, prompt_len, out_len = request_lengths(params, _rng(seed, _LENGTHS, dkey),
+                                                int(index[-1]) + 1)
+    qids, prompt_len, out_len = qids[index], prompt_len[index], out_len[index]
+    probs = model_popularity(params, seed) if routes else None
+    dtype = g.route_dtype
+    parts: dict[str, list] = {name: [] for name in (
+        "root_token", "root_routes", "node_count", "parent", "level", "token", "q", "p",
+        "agree", "node_routes")}
+    prefill = np.zeros((R, L, N), dtype=bool)
+    for r in range(R):
+        n = int(out_len[r])
+        key = int(index[r])               # streams follow the request, not its place here
+        drng = _rng(seed, _DRAFT, dkey, key)
+        true_tokens = drng.integers(0, params.vocab_size, size=n).astype(np.int32)
+        easy = stretches(n, params.easy_share, params.stretch_tokens, drng)
+        z = predictability(easy, params, drng)
+        pools = draft_pools(true_tokens, z, params, drng)
+        v = pools.valid
+        parts["root_token"].append(true_tokens)
+        parts["node_count"].append(v.sum(axis=1))
+        for name in ("parent", "level", "token", "q", "p", "agree"):
+            parts[name].append(getattr(pools, name)[v])
+        if routes:
+            sampler = request_sampler(params, probs, seed, dkey, key)
+            pre, root_routes, nodes_r = _request_routes(
+                params, sampler, int(prompt_len[r]), pools, _rng(seed, _ROUTES, dkey, key),
+                with_nodes)
+            prefill[r] = pre
+            parts["root_routes"].append(_sorted_routes(root_routes, dtype))
+            parts["node_routes"].append(_sorted_routes(nodes_r[v], dtype))
+        else:
+            parts["root_routes"].append(np.zeros((n, L, k), dtype))
+            parts["node_routes"].append(np.zeros((int(v.sum()), L, k), dtype))
+        if progress is not None:
+            progress(r + 1, R)
+    counts = np.concatenate(parts["node_count"])
+    node_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "provenance": {
+            "kind": SYNTHETIC,
+            "generator": GENERATOR,
+            "seed": int(seed),
+            "preset": preset,
+            "fitted_to": list(fitted_to),
+            "note": ("synthetic: generated by simmoe synth from a seeded generative model, "
+                     "not recorded on hardware; routes, tokens and agreement are simulated"
+                     + ("; the routes are all zeros (routes=False)" if not routes else "")
+                     + ("; pool node routes are all zeros (node_routes=False)"
+                        if routes and not with_nodes else "")
+                     + (f"; parameters fitted to: {'; '.join(fitted_to)}" if fitted_to else "")),
+        },
+        "geometry": g.to_dict(),
+        "pool_shape": params.pool.to_dict(),
+        "hardware": None,
+        "dataset": params.dataset,
+        "num_requests_full": int(params.num_requests),
+        "num_requests": int(R),
+        **({"subset": index.tolist()} if subset is not None else {}),
+        "synth_params": params.to_dict(),
+        "prompt_tokens": "estimated from Spec-Bench word counts (simmoe.synth.prompts)",
+    }
+    requests = Requests(
+        request_id=np.array([str(int(x)) for x in qids], dtype=object),
+        dataset=np.array([params.dataset] * R, dtype=object),
+        prompt_len=prompt_len.astype(np.int32),
+        output_len=out_len.astype(np.int32),
+        prefill_union=prefill,
+        prefill_time_ms=np.full(R, np.nan),
+    )
+    cat = lambda name, dt: (np.concatenate(parts[name]).astype(dt) if parts[name]
+                            else np.zeros(0, dt))
+    return Trace(
+        meta=meta, requests=requests,
+        pos_request=np.repeat(np.arange(R, dtype=np.int32), out_len),
+        pos_index=np.concatenate([np.arange(n, dtype=np.int32) for n in out_len]),
+        root_token=cat("root_token", np.int32),
+        root_routes=np.concatenate(parts["root_routes"]).astype(dtype),
+        node_ptr=node_ptr,
+        node_parent=cat("parent", np.int16), node_level=cat("level", np.int8),
+        node_token=cat("token", np.int32), node_q=cat("q", np.float32),
+        node_p=cat("p", np.float32), node_agree=cat("agree", bool),
+        node_routes=np.concatenate(parts["node_routes"]).astype(dtype).reshape(-1, L, k),
+    )
