@@ -1,0 +1,286 @@
+"""Expert caches against independent per-layer reference implementations (hypothesis).
+
+References process each forward as a sequence of single-expert accesses
+(hits first, then misses, each in ascending id) with plain Python
+containers; Belady is also checked against the exact optimum by dynamic
+programming over cache states.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simmoe.caches import POLICIES, make_cache
+from simmoe.errors import CheckFailed, SimmoeError
+
+
+# -- random demand streams ----------------------------------------------------
+@st.composite
+def streams(draw, max_layers=3, max_experts=9, max_forwards=25):
+    L = draw(st.integers(1, max_layers))
+    N = draw(st.integers(1, max_experts))
+    T = draw(st.integers(0, max_forwards))
+    slots = draw(st.integers(0, N + 1))
+    seed = draw(st.integers(0, 2**32 - 1))
+    density = draw(st.sampled_from([0.1, 0.3, 0.6]))
+    rng = np.random.default_rng(seed)
+    # a skewed popularity makes caching matter
+    weights = rng.dirichlet(np.full(N, 0.5), size=L)
+    demand = rng.random((T, L, N)) < np.minimum(1.0, weights * N * density)
+    return L, N, slots, list(demand)
+
+
+# -- references -------------------------------------------------------------------
+def accesses(demand_row, resident):
+    hits = [e for e in np.flatnonzero(demand_row) if e in resident]
+    misses = [e for e in np.flatnonzero(demand_row) if e not in resident]
+    return hits, misses
+
+
+def ref_lru(L, N, slots, stream):
+    caches = [OrderedDict() for _ in range(L)]
+    out = []
+    for d in stream:
+        hs, ms = [], []
+        for l in range(L):
+            c = caches[l]
+            hits, misses = accesses(d[l], c)
+            hs.append(len(hits)); ms.append(len(misses))
+            for e in hits + misses:
+                c.pop(e, None)
+                c[e] = True
+                while len(c) > slots:
+                    c.popitem(last=False)
+        out.append((hs, ms))
+    return out
+
+
+def ref_lfu(L, N, slots, stream):
+    out = []
+    freq = [dict() for _ in range(L)]
+    last = [dict() for _ in range(L)]
+    resident = [set() for _ in range(L)]
+    clock = 0
+    for d in stream:
+        hs, ms = [], []
+        for l in range(L):
+            hits, misses = accesses(d[l], resident[l])
+            hs.append(len(hits)); ms.append(len(misses))
+            for e in hits + misses:
+                clock += 1
+                freq[l][e] = freq[l].get(e, 0) + 1
+                last[l][e] = clock
+                resident[l].add(e)
+                if len(resident[l]) > slots:
+                    victim = min(resident[l], key=lambda x: (freq[l][x], last[l][x]))
+                    resident[l].remove(victim)
+        out.append((hs, ms))
+    return out
+
+
+def ref_belady(L, N, slots, stream):
+    """Naive MIN with bypass: after each forward keep the soonest-needed experts."""
+    out = []
+    resident = [set() for _ in range(L)]
+    T = len(stream)
+    for t, d in enumerate(stream):
+        hs, ms = [], []
+        for l in range(L):
+            need = set(np.flatnonzero(d[l]).tolist())
+            hs.append(len(need & resident[l])); ms.append(len(need - resident[l]))
+            cand = resident[l] | need
+
+            def next_use(e):
+                for u in range(t + 1, T):
+                    if stream[u][l][e]:
+                        return u
+                return T + 1
+            resident[l] = set(sorted(cand, key=lambda e: (next_use(e), e))[:slots])
+        out.append((hs, ms))
+    return out
+
+
+def ref_static(L, N, slots, stream, popularity):
+    out = []
+    pinned = [set(sorted(range(N), key=lambda e: (-popularity[l][e], e))[:slots]) for l in range(L)]
+    loaded = [set() for _ in range(L)]
+    for d in stream:
+        hs, ms = [], []
+        for l in range(L):
+            need = set(np.flatnonzero(d[l]).tolist())
+            hs.append(len(need & loaded[l])); ms.append(len(need - loaded[l]))
+            loaded[l] |= need & pinned[l]
+        out.append((hs, ms))
+    return out
+
+
+def optimum_copies(N, slots, layer_stream):
+    """Fewest copies over all on-demand policies (DP over cache states; tiny N only)."""
+    best = {frozenset(): 0}
+    for need in layer_stream:
+        need = frozenset(np.flatnonzero(need).tolist())
+        nxt = {}
+        for state, cost in best.items():
+            c = cost + len(need - state)
+            pool = sorted(state | need)
+            for r in range(min(slots, len(pool)) + 1):
+                for keep in itertools.combinations(pool, r):
+                    k = frozenset(keep)
+                    if nxt.get(k, 1 << 30) > c:
+                        nxt[k] = c
+        best = nxt
+    return min(best.values())
+
+
+def run(cache, stream):
+    return [tuple(map(list, cache.forward(d))) for d in stream]
+
+
+# -- properties -------------------------------------------------------------------
+@given(streams())
+def test_lru_matches_reference(s):
+    L, N, slots, stream = s
+    got = run(make_cache("lru", L, N, slots), stream)
+    want = ref_lru(L, N, slots, stream) if slots else [([0] * L, [int(x) for x in d.sum(1)]) for d in stream]
+    assert got == [tuple(w) for w in want]
+
+
+@given(streams())
+def test_lfu_matches_reference(s):
+    L, N, slots, stream = s
+    got = run(make_cache("lfu", L, N, slots), stream)
+    want = ref_lfu(L, N, slots, stream) if slots else [([0] * L, [int(x) for x in d.sum(1)]) for d in stream]
+    assert got == [tuple(w) for w in want]
+
+
+@given(streams())
+def test_belady_matches_reference(s):
+    L, N, slots, stream = s
+    got = run(make_cache("belady", L, N, slots, future=stream), stream)
+    want = ref_belady(L, N, slots, stream) if slots else [([0] * L, [int(x) for x in d.sum(1)]) for d in stream]
+    assert got == [tuple(w) for w in want]
+
+
+@settings(max_examples=40)
+@given(streams(max_layers=1, max_experts=5, max_forwards=10))
+def test_belady_is_the_optimum(s):
+    L, N, slots, stream = s
+    cache = make_cache("belady", L, N, slots, future=stream)
+    run(cache, stream)
+    assert cache.copies == optimum_copies(N, min(slots, N), [d[0] for d in stream])
+
+
+@given(streams(), st.integers(0, 2**32 - 1))
+def test_static_matches_reference(s, seed):
+    L, N, slots, stream = s
+    popularity = np.random.default_rng(seed).integers(0, 4, size=(L, N))  # ties on purpose
+    got = run(make_cache("static", L, N, slots, popularity=popularity), stream)
+    if slots:
+        want = ref_static(L, N, slots, stream, popularity)
+    else:
+        want = [([0] * L, [int(x) for x in d.sum(1)]) for d in stream]
+    assert got == [tuple(w) for w in want]
+
+
+@given(streams())
+def test_counts_conserve_demand_and_belady_bounds_every_policy(s):
+    L, N, slots, stream = s
+    popularity = sum(stream) if stream else np.zeros((L, N), int)
+    copies = {}
+    for policy in POLICIES:
+        cache = make_cache(policy, L, N, slots, future=stream, popularity=popularity)
+        for d in stream:
+            h, m = cache.forward(d)
+            assert (h + m == d.sum(axis=1)).all()
+            assert (h >= 0).all() and (m >= 0).all()
+            assert (cache.resident.sum(axis=1) <= cache.slots).all()
+        assert cache.forwards == len(stream)
+        assert cache.demand == sum(int(d.sum()) for d in stream)
+        copies[policy] = cache.copies
+    assert copies["belady"] == min(copies.values())
+    assert copies["none"] == max(copies.values())
+
+
+@given(streams())
+def test_none_and_zero_slots_copy_every_demanded_expert(s):
+    L, N, slots, stream = s
+    for policy in POLICIES:
+        cache = make_cache(policy, L, N, 0, future=stream, popularity=np.ones((L, N)))
+        for d in stream:
+            h, m = cache.forward(d)
+            assert h.sum() == 0 and (m == d.sum(axis=1)).all()
+    cache = make_cache("none", L, N, slots)
+    run(cache, stream)
+    assert cache.hits == 0
+
+
+def test_expert_shared_within_a_forward_loads_once():
+    d = np.zeros((2, 4), bool)
+    d[0, [1, 2]] = True
+    d[1, 3] = True
+    cache = make_cache("none", 2, 4, 0)
+    h, m = cache.forward(d)
+    assert m.tolist() == [2, 1] and cache.copies == 3
+
+
+def test_lru_evicts_the_least_recently_used():
+    cache = make_cache("lru", 1, 4, 2)
+    f = lambda *es: np.isin(np.arange(4), es)[None, :]
+    cache.forward(f(0)); cache.forward(f(1)); cache.forward(f(0)); cache.forward(f(2))  # evicts 1
+    h, m = cache.forward(f(0, 1))
+    assert (h[0], m[0]) == (1, 1)
+
+
+def test_reset_restores_the_empty_state():
+    rng = np.random.default_rng(3)
+    stream = list(rng.random((12, 2, 6)) < 0.4)
+    for policy in POLICIES:
+        cache = make_cache(policy, 2, 6, 3, future=stream, popularity=np.arange(12).reshape(2, 6))
+        first = run(cache, stream)
+        cache.reset()
+        assert cache.copies == cache.hits == cache.forwards == 0
+        assert run(cache, stream) == first
+
+
+def test_belady_rejects_a_demand_that_differs_from_its_future():
+    stream = [np.eye(3, dtype=bool)[:1], np.eye(3, dtype=bool)[1:2]]
+    cache = make_cache("belady", 1, 3, 1, future=stream)
+    cache.forward(stream[0])
+    with pytest.raises(CheckFailed):
+        cache.forward(stream[0])
+
+
+@pytest.mark.parametrize("args, kw, match", [
+    (("fifo", 2, 4, 1), {}, "unknown cache policy"),
+    (("lru", 2, 4, -1), {}, "slots"),
+    (("belady", 2, 4, 1), {}, "future"),
+    (("static", 2, 4, 1), {}, "popularity"),
+    (("static", 2, 4, 1), {"popularity": np.ones((3, 4))}, "popularity"),
+])
+def test_bad_arguments_are_user_errors(args, kw, match):
+    with pytest.raises(SimmoeError, match=match):
+        make_cache(*args, **kw)
+
+
+def test_bad_demand_shape_is_a_user_error():
+    cache = make_cache("lru", 2, 4, 1)
+    with pytest.raises(SimmoeError, match="demand"):
+        cache.forward(np.zeros((2, 5), bool))
+
+
+@settings(max_examples=30)
+@given(streams())
+def test_recency_renumbering_keeps_the_order(s):
+    # a tiny stamp range forces the rare renumbering of recency stamps every few forwards
+    L, N, slots, stream = s
+    if slots == 0:
+        return
+    for policy, ref in (("lru", ref_lru), ("lfu", ref_lfu)):
+        cache = make_cache(policy, L, N, slots)
+        cache.STAMP_LIMIT = 6 * N
+        assert run(cache, stream) == [tuple(w) for w in ref(L, N, slots, stream)]
