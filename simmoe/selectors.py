@@ -1,0 +1,464 @@
+"""Selectors: which draft nodes of a pool the target verifies, and how deep to draft.
+
+One registry, one interface.  A selector sees a :class:`PoolView` of the
+candidate pool at a position (parents, levels, draft probabilities, the
+routes it is allowed to know) and returns a :class:`Choice`: the selected
+nodes (an ancestor-closed set, ascending pool-local ids) and how many levels
+the drafter had to draft to make that choice.  Selections never depend on
+the expert cache, so the replay engine can select once and then replay any
+cache configuration.
+
+Names are the CLI's:
+
+=================  ===========================================================
+``ar``             no drafter; one token per forward
+``eagle3``         the K nodes of highest path probability (K = min(7, |V|))
+``evict``          top-k prefix by path probability, k* = argmax Ê[A(T_k)]/C(k)
+                   (EVICT Eq. 10) with the profile's C(k)
+``ddd``            dynamic drafting depth by draft confidence, then top-K
+``coverage``       smallest top-k prefix holding a fraction ρ of the top-K mass
+``specfit``        Eq. 5 by exact search over A_K, adaptive depth (Lemma 2)
+``specfit-full``   Eq. 5 over the full-depth pool
+``optimal``        Dinkelbach λ* over the trace (App. A.1), then
+                   argmax R̂ − λ*T̂ per cycle
+``unconstrained``  largest ratio without the size limit (parametric min cut,
+                   App. A.3)
+``oracle``         verifies exactly the longest agreeing path (upper bound)
+=================  ===========================================================
+
+Every exact search is delegated to :mod:`solvers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+
+from simmoe.errors import SimmoeError
+
+DEFAULT_SELECTORS = ("ar", "eagle3", "evict", "specfit", "oracle")
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------
+# what a selector sees and returns
+# --------------------------------------------------------------------------
+@dataclass
+class PoolView:
+    """The pool at one position row, as a selector may see it.
+
+    ``root_routes`` / ``node_routes`` are the routes supplied to the selector
+    (exact or predicted, :mod:`simmoe.routepredict`); ``agree`` is the
+    target's verdict, which only the oracle reads.
+    """
+
+    row: int
+    parents: np.ndarray       # int [n], -1 = root, parents before children
+    levels: np.ndarray        # int [n], 1 for children of the root
+    p: np.ndarray             # float [n], path probability
+    q: np.ndarray             # float [n], draft conditional probability
+    agree: np.ndarray         # bool [n]
+    root_routes: np.ndarray   # [L, k]
+    node_routes: np.ndarray   # [n, L, k]
+    num_experts: int
+    _pool: Any = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.parents)
+
+    @property
+    def depth(self) -> int:
+        """Deepest level of the pool (0 for an empty pool)."""
+        return int(self.levels.max()) if len(self.levels) else 0
+
+    def pool(self):
+        """The :class:`solvers.Pool` of this view (built once, on first use)."""
+        if self._pool is None:
+            from solvers import Pool
+
+            self._pool = Pool.from_routes(
+                self.parents.astype(np.int64), self.p.astype(np.float64),
+                self.root_routes, self.node_routes, self.num_experts)
+        return self._pool
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A selector's decision: ascending pool-local node ids and levels drafted."""
+
+    nodes: np.ndarray
+    drafted_levels: int
+
+
+@dataclass(frozen=True)
+class SelectorContext:
+    """What selectors may be configured with: the trace's budget K, the cost models."""
+
+    K: int = 7
+    cost: Any = None                    # solvers.CostModel: T̂ = b[|S|] + βF (Eq. 4)
+    evict_cost: tuple[float, ...] = ()  # C(k) for k = 1.. (EVICT §3.2.3)
+    options: dict = field(default_factory=dict)
+
+
+def probability_order(view: PoolView) -> np.ndarray:
+    """Node ids by decreasing path probability; ties by level, then id.
+
+    Since p never grows along a path, every prefix of this order is
+    ancestor-closed (a child ties its parent at most, and the level breaks
+    the tie).  O(n log n).
+    """
+    n = view.size
+    return np.lexsort((np.arange(n), view.levels, -view.p.astype(np.float64)))
+
+
+def top_k(view: PoolView, k: int, nodes: np.ndarray | None = None) -> np.ndarray:
+    """The ``k`` nodes of highest path probability (within ``nodes`` if given), ascending."""
+    order = probability_order(view)
+    if nodes is not None:
+        keep = np.zeros(view.size, dtype=bool)
+        keep[nodes] = True
+        order = order[keep[order]]
+    return np.sort(order[:k])
+
+
+def _agreeing(parents: list, agree: list, nodes) -> tuple[dict, int]:
+    """Nodes (of ``nodes``, ascending) whose root path lies in ``nodes`` and all agree: node -> depth."""
+    depth: dict[int, int] = {}
+    for v in nodes:  # ascending ids: a parent is decided before its children
+        a = parents[v]
+        if agree[v]:
+            if a < 0:
+                depth[v] = 1
+            elif a in depth:
+                depth[v] = depth[a] + 1
+    return depth, max(depth.values(), default=0)
+
+
+def longest_agreeing_path(parents: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Ascending ids of the longest root-to-node path whose nodes all have ``ok``.
+
+    Ties go to the path ending at the smallest node id.  One pass over the
+    nodes in id order (parents first): O(n).
+    """
+    n = len(parents)
+    if not n:
+        return _EMPTY
+    par = parents.tolist()
+    depth, best = _agreeing(par, ok.tolist(), range(n))
+    if not best:
+        return _EMPTY
+    end = min(v for v, d in depth.items() if d == best)
+    path = []
+    while end >= 0:
+        path.append(end)
+        end = par[end]
+    return np.array(path[::-1], dtype=np.int64)
+
+
+def accepted_length(parents: np.ndarray, agree: np.ndarray, nodes: np.ndarray) -> int:
+    """Length of the accepted path when ``nodes`` are verified (greedy verification, §2).
+
+    The longest root-to-node path inside ``nodes`` whose nodes all agree.
+    O(|S|) after converting the pool's columns to lists.
+    """
+    if not len(nodes):
+        return 0
+    return _agreeing(parents.tolist(), agree.tolist(), sorted(np.asarray(nodes).tolist()))[1]
+
+
+# --------------------------------------------------------------------------
+# the selectors
+# --------------------------------------------------------------------------
+class Selector:
+    """Base class: ``select(view) -> Choice``; ``prepare(views)`` once per trace."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    drafts: ClassVar[bool] = True       # False only for AR: no drafter, no pool
+    uses_cost: ClassVar[bool] = False   # decisions depend on the cost model (b, β)
+    uses_evict_cost: ClassVar[bool] = False
+    needs_prepare: ClassVar[bool] = False
+
+    def __init__(self, context: SelectorContext):
+        self.context = context
+        self.K = int(context.K)
+
+    def budget(self, view: PoolView) -> int:
+        return min(self.K, view.size)
+
+    def prepare(self, views: Callable[[], Sequence[PoolView]]) -> None:
+        """Trace-level preparation (only ``optimal`` needs it)."""
+
+    def select(self, view: PoolView) -> Choice:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class AutoRegressive(Selector):
+    name = "ar"
+    summary = "no drafter; one token per forward"
+    drafts = False
+
+    def select(self, view):
+        return Choice(_EMPTY, 0)
+
+
+class Eagle3(Selector):
+    name = "eagle3"
+    summary = "full-depth pool; the K nodes of highest path probability"
+
+    def select(self, view):
+        return Choice(top_k(view, self.budget(view)), view.depth)
+
+
+class Evict(Selector):
+    """EVICT Eq. 10: k* = argmax_{1≤k≤n} Ê[A(T_k)]/C(k) over probability-ordered prefixes.
+
+    Ê[A(T_k)] is the sum of the scores (path probabilities) of T_k, whose
+    root x_{t+1} scores 1 (EVICT Eq. 7–8); C(k) is the profile's whole-step
+    latency for k verified draft tokens, so k is capped at the table's length.
+    O(n log n).
+    """
+
+    name = "evict"
+    summary = "top-k prefix by path probability, k* = argmax E[A(T_k)]/C(k)"
+    uses_evict_cost = True
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.C = np.asarray(context.evict_cost, dtype=np.float64)
+        if not len(self.C):
+            raise SimmoeError("selector 'evict' needs the profile's C(k) table (evict_cost)")
+
+    def select(self, view):
+        n = min(view.size, len(self.C))
+        if n == 0:
+            return Choice(_EMPTY, view.depth)
+        order = probability_order(view)[:n]
+        gain = 1.0 + np.cumsum(view.p[order].astype(np.float64))
+        k = int(np.argmax(gain / self.C[:n])) + 1  # first maximum: the smaller prefix
+        return Choice(np.sort(order[:k]), view.depth)
+
+
+class DynamicDepth(Selector):
+    """Dynamic drafting depth by draft confidence (DDD, as EVICT App. C.3 describes it).
+
+    After drafting level d the confidence is the path-probability mass of the
+    level, Σ_{v at level d} p_v; drafting stops when it falls below
+    ``threshold`` (option ``ddd_threshold``, default 0.3).  Then the K nodes
+    of highest path probability among the drafted levels are verified.
+    """
+
+    name = "ddd"
+    summary = "dynamic drafting depth by draft confidence, then top-K"
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.threshold = float(context.options.get("ddd_threshold", 0.3))
+
+    def select(self, view):
+        depth = view.depth
+        if depth == 0:
+            return Choice(_EMPTY, 0)
+        mass = np.bincount(view.levels.astype(np.int64), weights=view.p.astype(np.float64),
+                           minlength=depth + 1)
+        drafted = depth
+        for d in range(1, depth):
+            if mass[d] < self.threshold:
+                drafted = d
+                break
+        within = np.flatnonzero(view.levels <= drafted)
+        return Choice(top_k(view, min(self.K, len(within)), within), drafted)
+
+
+class Coverage(Selector):
+    """Score coverage (EVICT §4.4.2): the smallest prefix with S_k ≥ ρ·S_K.
+
+    The prefix runs in probability order within the verification budget
+    K = min(7, |V|), so ρ = 1 verifies what ``eagle3`` verifies.  Option
+    ``coverage_rho`` (default 0.7).
+    """
+
+    name = "coverage"
+    summary = "smallest top-k prefix holding a fraction rho of the probability mass"
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.rho = float(context.options.get("coverage_rho", 0.7))
+        if not 0.0 <= self.rho <= 1.0:
+            raise SimmoeError(f"coverage rho must lie in [0, 1], got {self.rho}")
+
+    def select(self, view):
+        K = self.budget(view)
+        if K == 0:
+            return Choice(_EMPTY, view.depth)
+        order = probability_order(view)[:K]
+        mass = np.cumsum(view.p[order].astype(np.float64))
+        # tiny slack so that rho = 1 reaches S_K despite rounding
+        k = int(np.searchsorted(mass, self.rho * mass[-1] * (1 - 1e-12), side="left")) + 1
+        return Choice(np.sort(order[:min(k, K)]), view.depth)
+
+
+def _nodes(selection) -> np.ndarray:
+    return np.asarray(selection.nodes, dtype=np.int64)
+
+
+class SpecFit(Selector):
+    """Eq. 5 by exact search over A_K with adaptive drafting depth (§3.3, Lemma 2)."""
+
+    name = "specfit"
+    summary = "Eq. 5 by exact search over A_K, adaptive depth (Lemma 2)"
+    uses_cost = True
+
+    def __init__(self, context):
+        super().__init__(context)
+        from solvers import select_adaptive_depth  # here, so no selection pays for the import
+
+        self._search = select_adaptive_depth
+
+    def select(self, view):
+        if view.size == 0:
+            return Choice(_EMPTY, 0)
+        sel, levels = self._search(view.pool(), self.budget(view), self.context.cost)
+        return Choice(_nodes(sel), int(levels))
+
+
+class SpecFitFull(Selector):
+    """Eq. 5 by exact search over A_K on the full-depth pool (Algorithm 1)."""
+
+    name = "specfit-full"
+    summary = "Eq. 5 over the full-depth pool (no adaptive depth)"
+    uses_cost = True
+
+    def __init__(self, context):
+        super().__init__(context)
+        from solvers import select_exact
+
+        self._search = select_exact
+
+    def select(self, view):
+        if view.size == 0:
+            return Choice(_EMPTY, 0)
+        return Choice(_nodes(self._search(view.pool(), self.budget(view), self.context.cost)),
+                      view.depth)
+
+
+class Optimal(Selector):
+    """The throughput-optimal rule S* = argmax R̂ − λ*T̂ over A_K (App. A.1).
+
+    λ* is the root of h(λ) = E[max_S R̂(S) − λT̂(S)] over the trace's pools,
+    found by Dinkelbach's iteration; option ``optimal_states`` caps how many
+    pools (evenly spaced over the replayed positions) enter the expectation
+    (default 2000).
+    """
+
+    name = "optimal"
+    summary = "Dinkelbach lambda* over the trace, then argmax R - lambda* T per cycle"
+    uses_cost = True
+    needs_prepare = True
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.lam: float | None = None
+        self.max_states = int(context.options.get("optimal_states", 2000))
+        from solvers import select_max_linear
+
+        self._search = select_max_linear
+
+    def prepare(self, views):
+        from solvers import dinkelbach, exact_oracle
+
+        cost = self.context.cost
+        states = [(v.pool(), self.budget(v), cost) for v in views() if v.size]
+        if not states:
+            self.lam = 0.0
+            return
+        self.result = dinkelbach(states, exact_oracle)
+        self.lam = float(self.result.lam)
+
+    def select(self, view):
+        if view.size == 0:
+            return Choice(_EMPTY, 0)
+        if self.lam is None:
+            raise RuntimeError("Optimal.prepare() must run before select()")
+        sel = self._search(view.pool(), self.budget(view), self.context.cost, self.lam)
+        return Choice(_nodes(sel), view.depth)
+
+
+class Unconstrained(Selector):
+    """Largest ratio R̂/T̂ over all ancestor-closed subsets, no size limit (App. A.3).
+
+    Proposition 2 needs intercepts affine in |S|; the profile's b_0..b_7 are
+    replaced by their least-squares line (``solvers.affine_approximation``),
+    extended to the pool's size.
+    """
+
+    name = "unconstrained"
+    summary = "no size limit: largest ratio by parametric minimum cut"
+    uses_cost = True
+
+    def __init__(self, context):
+        super().__init__(context)
+        from solvers import affine_approximation, largest_ratio
+
+        self._affine_cost, self._search = affine_approximation, largest_ratio
+        self._affine: dict[int, object] = {}
+
+    def select(self, view):
+        if view.size == 0:
+            return Choice(_EMPTY, 0)
+        cost = self._affine.get(view.size)
+        if cost is None:
+            cost = self._affine[view.size] = self._affine_cost(self.context.cost, view.size)
+        sel, _ = self._search(view.pool(), cost, breakpoints=False)
+        return Choice(_nodes(sel), view.depth)
+
+
+class Oracle(Selector):
+    """Knows the target's verdicts: verifies exactly the longest agreeing path.
+
+    An upper bound on committed tokens per cycle; it drafts only the levels
+    of that path.
+    """
+
+    name = "oracle"
+    summary = "knows the matches: verifies exactly the accepted path (upper bound)"
+
+    def select(self, view):
+        path = longest_agreeing_path(view.parents, view.agree)
+        return Choice(path, len(path))
+
+
+SELECTORS: dict[str, type[Selector]] = {
+    cls.name: cls for cls in (AutoRegressive, Eagle3, Evict, DynamicDepth, Coverage, SpecFit,
+                              SpecFitFull, Optimal, Unconstrained, Oracle)
+}
+
+
+def selector_names() -> list[str]:
+    return list(SELECTORS)
+
+
+def parse_selectors(spec: str | Sequence[str] | None) -> list[str]:
+    """``"a,b,c"`` or ``"all"`` (or a list) → validated selector names, in order."""
+    if spec is None:
+        return list(DEFAULT_SELECTORS)
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    names = [n.strip() for n in names if n.strip()]
+    if names == ["all"]:
+        return selector_names()
+    if not names:
+        raise SimmoeError("no selector given")
+    for n in names:
+        if n not in SELECTORS:
+            raise SimmoeError(f"unknown selector {n!r}; known: {', '.join(SELECTORS)} (or 'all')")
+    return list(dict.fromkeys(names))
+
+
+def make_selector(name: str, context: SelectorContext) -> Selector:
+    if name not in SELECTORS:
+        raise SimmoeError(f"unknown selector {name!r}; known: {', '.join(SELECTORS)}")
+    return SELECTORS[name](context)

@@ -1,0 +1,259 @@
+"""A grid of replays run in parallel worker processes, collected into one tidy table.
+
+The grid is the product selectors × slots × cache policies × hardware
+profiles × route accuracies × traces.  Configurations that share a selection
+plan (same trace, selector, cost model and route information: see
+:func:`simmoe.engine.plan_key`) form one task, so each plan is computed once
+and replayed through every cache configuration of its task.  Tasks run in
+``workers`` processes (:mod:`concurrent.futures`); every row is the same as
+a one-by-one :func:`simmoe.engine.replay` of its configuration, because
+plans and timing draws depend only on the configuration and its seed (with
+measured selector times, only the selector time itself differs from run to
+run).
+
+Each row also holds the speedup over AR without a cache on the same trace,
+profile, timing model and seed (SpecFit §4.1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from simmoe.engine import ReplayConfig, ar_baseline, plan_key, replay
+from simmoe.errors import SimmoeError
+from simmoe.metrics import COUNTERS, speedup
+from simmoe.selectors import SELECTORS
+
+@dataclass(frozen=True)
+class Grid:
+    """The axes of a sweep; every combination is one configuration."""
+
+    traces: tuple[str, ...]
+    selectors: tuple[str, ...] = ("ar", "eagle3", "evict", "specfit", "oracle")
+    slots: tuple[int, ...] = (48,)
+    caches: tuple[str, ...] = ("lru",)
+    hardware: tuple[str, ...] = ("a100-pcie-40gb",)
+    route_accuracy: tuple[float, ...] = (1.0,)
+    selector_ms: float | None = None
+    selector_clock: str = "wall"
+    timing: str = "event"
+    seed: int = 0
+    requests: int | None = None
+    options: tuple = ()
+
+    def configs(self) -> list[tuple[str, ReplayConfig]]:
+        """(trace, config) for every point of the grid, validated."""
+        if not self.traces:
+            raise SimmoeError("a sweep needs at least one trace")
+        out = []
+        for tr, hw, sel, acc, slots, cache in itertools.product(
+                self.traces, self.hardware, self.selectors, self.route_accuracy,
+                self.slots, self.caches):
+            cfg = ReplayConfig(selector=sel, slots=slots, cache=cache, hardware=hw,
+                               route_accuracy=acc, selector_ms=self.selector_ms,
+                               selector_clock=self.selector_clock,
+                               timing=self.timing, seed=self.seed, requests=self.requests,
+                               options=self.options).validate()
+            out.append((str(tr), cfg))
+        return out
+
+
+# -- workers --------------------------------------------------------------------
+_TRACES: dict = {}
+_PROFILES: dict = {}
+
+
+def cached_trace(path: str):
+    """The trace at ``path``, read once per process (forked workers inherit the parent's)."""
+    if path not in _TRACES:
+        from simmoe.trace.io import read_trace
+
+        _TRACES[path] = read_trace(path)
+    return _TRACES[path]
+
+
+def _profile(name: str):
+    if name not in _PROFILES:
+        from simmoe.hardware import load_profile
+
+        _PROFILES[name] = load_profile(name)
+    return _PROFILES[name]
+
+
+def run_task(path: str, configs: Sequence[ReplayConfig]) -> list[tuple[ReplayConfig, dict]]:
+    """Replay configurations that share one plan; (config, summary row) each (worker entry point)."""
+    trace = cached_trace(path)
+    plans: dict = {}
+    rows = []
+    for cfg in configs:
+        res = replay(trace, cfg, _profile(cfg.hardware), plans=plans)
+        rows.append((cfg, _row(path, trace, cfg, res.summary(), res.lambda_star)))
+    return rows
+
+
+def _row(path, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
+    row = {"trace": str(path), "synthetic": bool(trace.is_synthetic), "selector": cfg.selector,
+           "slots": cfg.slots, "cache": cfg.cache, "hardware": cfg.hardware,
+           "route_accuracy": cfg.route_accuracy, "timing": cfg.timing, "seed": cfg.seed,
+           "selector_ms_fixed": cfg.selector_ms, "selector_clock": cfg.selector_clock,
+           "requests_limit": cfg.requests}
+    row.update({k: summary[k] for k in COUNTERS})
+    row["lambda_star"] = lambda_star
+    return row
+
+
+def tasks_of(configs: Sequence[tuple[str, ReplayConfig]]) -> list[tuple[str, list[ReplayConfig]]]:
+    """Group configurations by (trace, plan key), adding each AR-without-cache baseline."""
+    groups: dict[tuple, list[ReplayConfig]] = {}
+    for path, cfg in configs:
+        groups.setdefault((path, plan_key(cfg)), []).append(cfg)
+        base = ar_baseline(cfg)
+        bucket = groups.setdefault((path, plan_key(base)), [])
+        if base not in bucket:
+            bucket.append(base)
+    return [(path, cfgs) for (path, _), cfgs in groups.items()]
+
+
+def run_sweep(grid: Grid, *, workers: int = 1,
+              progress: Callable[[int, int], None] | None = None,
+              configs: Sequence[tuple[str, ReplayConfig]] | None = None):
+    """Run every configuration of ``grid``; return a pandas DataFrame, one row per configuration.
+
+    Rows come in grid order; ``speedup`` is over AR without a cache (same
+    trace, profile, timing, seed).  ``workers > 1`` runs tasks in that many
+    processes.  ``configs`` (a subset of ``grid.configs()``, e.g. those not
+    yet in an output table) replaces the whole grid.
+    """
+    import pandas as pd
+
+    configs = grid.configs() if configs is None else list(configs)
+    if not configs:
+        return pd.DataFrame()
+    # the exact searches are the slow plans: start them first
+    tasks = sorted(tasks_of(configs), key=lambda t: not SELECTORS[t[1][0].selector].uses_cost)
+    workers = max(1, int(workers))
+    results: dict[tuple, dict] = {}
+    done = 0
+
+    def collect(rows):
+        nonlocal done
+        for cfg, r in rows:
+            results[(r["trace"], cfg)] = r
+        done += 1
+        if progress is not None:
+            progress(done, len(tasks))
+
+    if workers == 1 or len(tasks) == 1:
+        for path, cfgs in tasks:
+            collect(run_task(path, cfgs))
+    else:
+        import multiprocessing as mp
+
+        # forked workers inherit the traces read here instead of reading them again
+        for path in grid.traces:
+            cached_trace(str(path))
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx) as pool:
+            futures = [pool.submit(run_task, path, cfgs) for path, cfgs in tasks]
+            for f in futures:
+                collect(f.result())
+    rows = []
+    for path, cfg in configs:
+        r = dict(results[(path, cfg)])
+        base = results[(path, ar_baseline(cfg))]
+        r["speedup"] = speedup(r, base)
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+# -- resuming: which configurations a table already holds ---------------------------
+KEY_COLUMNS = ("trace", "selector", "slots", "cache", "hardware", "route_accuracy", "timing", "seed",
+               "selector_ms_fixed", "selector_clock", "requests_limit")
+
+
+def _opt(x, kind):
+    """None for a missing value (None or NaN, as CSV gives it back), else ``kind(x)``."""
+    return None if x is None or x != x else kind(x)
+
+
+def config_key(path: str, cfg: ReplayConfig) -> tuple:
+    """The identity of a configuration's row in a sweep table (:data:`KEY_COLUMNS`)."""
+    return (str(path), cfg.selector, int(cfg.slots), cfg.cache, str(cfg.hardware),
+            float(cfg.route_accuracy), cfg.timing, int(cfg.seed), _opt(cfg.selector_ms, float),
+            cfg.selector_clock, _opt(cfg.requests, int))
+
+
+def row_keys(frame) -> set[tuple]:
+    """The :func:`config_key` of every row of a sweep table (read back from CSV or parquet)."""
+    missing = [c for c in KEY_COLUMNS if c not in frame.columns]
+    if missing:
+        raise SimmoeError(f"not a sweep table: no column(s) {', '.join(missing)}")
+    return {(str(r.trace), str(r.selector), int(r.slots), str(r.cache), str(r.hardware),
+             float(r.route_accuracy), str(r.timing), int(r.seed), _opt(r.selector_ms_fixed, float),
+             str(r.selector_clock), _opt(r.requests_limit, int))
+            for r in frame[list(KEY_COLUMNS)].itertuples(index=False)}
+
+
+def read_table(path):
+    """A table written by :func:`write_table`, by its extension."""
+    import pandas as pd
+
+    suffix = Path(path).suffix.lower()
+    try:
+        return pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    except Exception as exc:
+        raise SimmoeError(f"cannot read the existing table {path}: {exc}") from None
+
+
+# -- atomic output ----------------------------------------------------------------
+def atomic_write_bytes(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise SimmoeError(f"cannot write {path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_table(frame, path) -> None:
+    """CSV or parquet by the file's extension (``.csv``, ``.parquet``/``.pq``), atomically."""
+    import io
+
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        atomic_write_text(path, frame.to_csv(index=False))
+    elif suffix in (".parquet", ".pq"):
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        atomic_write_bytes(path, buf.getvalue())
+    else:
+        raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
+
+
+def check_output_path(path) -> None:
+    """Fail before any work when the table could not be written."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
+        raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
+    if not Path(path).resolve().parent.is_dir():
+        raise SimmoeError(f"cannot write {path}: folder {Path(path).resolve().parent} does not exist")
+
