@@ -50,6 +50,7 @@ def not_implemented(name: str, issue: str):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # provenance: the command as given
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -1,0 +1,51 @@
+"""Drafters: anything that proposes the top-k children of pool nodes.
+
+One interface (:class:`Drafter`); :func:`hwprobe.pool.grow_pool` builds the
+pool level by level from it.  Implementations: :mod:`.ngram` (prompt lookup,
+no model), :mod:`.draft_lm` (a small causal LM sharing the tokenizer),
+:mod:`.eagle3` (an EAGLE-3 head), :mod:`.target_derived` (tests: agreement
+with the target controlled by a rate), :mod:`.random_draft` (random tokens, for
+random-weight models: real pool shapes, meaningless acceptance).
+"""
+
+from __future__ import annotations
+
+from hwprobe.pool import Pool
+
+
+class Drafter:
+    """Base class.  ``context`` is prompt + output so far; its last token is the root."""
+
+    name = "drafter"
+
+    def start(self, prompt: list[int]) -> None:
+        """A new request begins (reset per-request state)."""
+
+    def observe(self, context: list[int], target_output=None) -> None:
+        """The target committed up to ``context``; ``target_output`` is its last forward (features)."""
+
+    def children(self, context: list[int], pool: Pool, frontier: list[int], k: int):
+        """For each node in ``frontier`` (-1 = root): ``(tokens, probabilities)``, most probable first."""
+        raise NotImplementedError
+
+
+def make_drafter(kind: str, *, target=None, path=None, device=None, **kw) -> Drafter:
+    """Build a drafter by name: ``ngram``, ``draft-lm`` (``path``), ``eagle3`` (``path``), ``random``, ``target``."""
+    from hwprobe.cli import HwprobeError
+
+    if kind == "ngram":
+        from hwprobe.drafters.ngram import NGramDrafter
+        return NGramDrafter(**kw)
+    if kind == "draft-lm":
+        from hwprobe.drafters.draft_lm import DraftLMDrafter
+        return DraftLMDrafter.from_dir(path, device=device)
+    if kind == "eagle3":
+        from hwprobe.drafters.eagle3 import Eagle3Drafter
+        return Eagle3Drafter.from_dir(path, target=target, device=device)
+    if kind == "random":
+        from hwprobe.drafters.random_draft import RandomDrafter
+        return RandomDrafter(int(target.config.vocab_size), **kw)
+    if kind == "target":
+        from hwprobe.drafters.target_derived import TargetDerivedDrafter
+        return TargetDerivedDrafter(target, **kw)
+    raise HwprobeError(f"unknown drafter {kind!r}; known: ngram, draft-lm, eagle3, random, target")

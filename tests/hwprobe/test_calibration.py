@@ -1,0 +1,99 @@
+"""Calibration (SpecFit App. B): probe trees, the NNLS fit, the profile written for the simulator."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hwprobe.calibration import ProbeRow, fit_cost_model, min_union_tree, prefix_tree, union_of
+from hwprobe.cli import main
+from hwprobe.pool import Pool
+
+pytestmark = pytest.mark.torch
+
+
+def random_pool(rng, m):
+    pool = Pool()
+    for _ in range(m):
+        pool.add(int(rng.integers(-1, len(pool))) if len(pool) else -1, 1, float(rng.uniform(0.05, 1)))
+    return pool
+
+
+def closed(pool, nodes):
+    s = set(nodes)
+    return all(pool.parent[v] < 0 or pool.parent[v] in s for v in nodes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), m=st.integers(0, 9), k=st.integers(0, 5))
+def test_min_union_tree_is_exact(seed, m, k):
+    rng = np.random.default_rng(seed)
+    pool = random_pool(rng, m)
+    routes = np.sort(rng.random((m + 1, 3, 6)).argsort(-1)[..., :2], -1)
+    got = min_union_tree(pool, routes, k)
+    legal = [c for c in itertools.combinations(range(m), k) if closed(pool, c)]
+    if k > m:
+        assert got is None
+        return
+    assert got is not None and closed(pool, got) and len(got) == k
+    assert union_of(routes, got) == min(union_of(routes, c) for c in legal)
+
+
+def test_prefix_tree_is_top_k_and_closed():
+    rng = np.random.default_rng(0)
+    pool = random_pool(rng, 12)
+    for k in range(8):
+        sel = prefix_tree(pool, k)
+        assert len(sel) == k and closed(pool, sel)
+        assert sorted(sel) == sorted(sorted(range(12), key=lambda j: (-pool.p[j], j))[:k])
+
+
+def test_nnls_recovers_known_coefficients():
+    rng = np.random.default_rng(2)
+    b, beta = [5.0, 6.0, 6.5, 7.0, 7.2, 7.9, 8.0, 8.8], 0.25
+    rows = []
+    for s in range(9):
+        for k in range(8):
+            for kind in ("prefix", "min-union"):
+                F = int(rng.integers(16, 120))
+                for r in range(2):
+                    y = b[k] + beta * F + (0.01 if r else -0.01)     # repeats average out
+                    rows.append(ProbeRow(f"q@{s}", kind, k, True, r, F, y, 0, y, 0, 0, 0))
+    fit = fit_cost_model(rows, True)
+    assert fit.points == 144
+    assert fit.beta == pytest.approx(beta, abs=1e-6)
+    np.testing.assert_allclose(fit.b, b, atol=1e-5)
+    with pytest.raises(ValueError):
+        fit_cost_model(rows, False)
+
+
+def test_calibrate_writes_a_profile_the_simulator_reads(tmp_path, prompts_file, capsys):
+    from simmoe.hardware import load_profile
+
+    out = tmp_path / "probe.toml"
+    rc = main(["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file), "--limit", "1",
+               "--boundaries", "0,1", "--repeats", "1", "--max-k", "3", "--slots", "2", "--out", str(out),
+               "--quiet"])
+    assert rc == 0
+    prof = load_profile(out)
+    assert prof.source.startswith("measured by hwprobe") and len(prof.cost_b_cache) == 4
+    assert prof.cost_beta_cache >= 0 and prof.copy_ms > 0 and prof.expert_bytes == 3 * 64 * 32 * 4
+    rows = list(csv.DictReader(open(tmp_path / "probe.probes.csv")))
+    # 2 states x 4 sizes x 2 kinds x 2 cache modes x 1 repeat
+    assert len(rows) == 32
+    assert {r["kind"] for r in rows} == {"prefix", "min-union"} and {r["cache"] for r in rows} == {"True", "False"}
+    nc = [r for r in rows if r["cache"] == "False" and int(r["k"]) > 0]
+    assert all(int(r["copies"]) > 0 for r in nc)        # cleared before every forward: everything copies
+
+
+def test_calibrate_bad_arguments(tmp_path, prompts_file, capsys):
+    base = ["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file)]
+    assert main([*base, "--out", str(tmp_path / "x.txt")]) == 2
+    assert main([*base, "--out", str(tmp_path / "x.toml"), "--boundaries", "a,b"]) == 2
+    err = capsys.readouterr().err
+    assert ".toml" in err and "--boundaries" in err
+    assert not (tmp_path / "x.toml").exists()
