@@ -40,6 +40,8 @@ def run(args) -> int:
         import json
         path = resolve_model_dir(args.model)
         cfg = json.loads((path / "config.json").read_text())
+        # transformers 5 saves the expert count as num_local_experts
+        cfg.setdefault("num_experts", cfg.get("num_local_experts"))
         keys = ("model_type", "num_hidden_layers", "hidden_size", "num_experts", "num_experts_per_tok",
                 "moe_intermediate_size", "vocab_size")
         print(f"model         {path} ({read_model_type(path)})")
