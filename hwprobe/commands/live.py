@@ -1,8 +1,192 @@
 """`hwprobe live`: real speculative decoding with any simmoe selector on the offloaded backend."""
 
-from hwprobe.cli import not_implemented
+from __future__ import annotations
+
+import datetime
+import shlex
+from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("live", help="Real speculative decoding with any simmoe selector on the offloaded backend [not implemented yet]")
-    p.set_defaults(func=not_implemented("live", "lands with the hwprobe issue"))
+    from hwprobe.session import add_model_args
+
+    p = sub.add_parser("live", help="Real speculative decoding with any simmoe selector on the offloaded backend",
+                       description="Speculative decoding with a simmoe selector, every cycle measured (drafting, "
+                       "selection, verification, commit, copies, hits); each request is checked against greedy "
+                       "decoding.  Finished requests are kept in OUT.partial (\"complete\": false) while running; "
+                       "OUT is written atomically at the end.  Compare with a replay: simmoe validate.")
+    add_model_args(p)
+    p.add_argument("--selector", required=True, help="simmoe selector name (ar, eagle3, specfit, evict, ...)")
+    p.add_argument("--hardware", help="hardware profile (name or .toml) whose cost models the selector uses "
+                   "(b_k, beta: hwprobe calibrate); needed by specfit, specfit-full, unconstrained, evict")
+    p.add_argument("--route-accuracy", type=float, default=1.0,
+                   help="selectors see routes through the simulated predictor of this accuracy (default 1: exact)")
+    p.add_argument("--route-seed", type=int, default=0, help="seed of the route predictor (as simmoe replay --seed)")
+    p.add_argument("--ddd-threshold", type=float, help="ddd selector: stop drafting below this level mass")
+    p.add_argument("--coverage-rho", type=float, help="coverage selector: fraction of the top-K mass")
+    p.add_argument("--prompts", required=True, help="Spec-Bench JSONL (question_id, category, turns)")
+    p.add_argument("--category", help="only this Spec-Bench category")
+    p.add_argument("--limit", type=int, help="at most this many prompts")
+    p.add_argument("--offset", type=int, default=0, help="skip this many prompts first")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="output positions per request (default 128)")
+    p.add_argument("--max-total-tokens", type=int, help="limit on prompt + output tokens")
+    p.add_argument("--K", type=int, default=7, help="verify budget K (default 7, as hwprobe record)")
+    p.add_argument("--out", required=True, help="live-run file to write (JSON lines)")
+    p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
+                   help="what times the cycles: auto = the thread's CPU time on the CPU (other jobs on a shared "
+                   "machine do not count), the wall clock on CUDA")
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads for torch (default 1: steadier timings on a shared machine)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from hwprobe.cli import HwprobeError
+    from hwprobe.prompts import read_prompts
+
+    out = Path(args.out)
+    if args.max_new_tokens < 1:
+        raise HwprobeError("--max-new-tokens must be >= 1")
+    if args.K < 1:
+        raise HwprobeError("--K must be >= 1")
+    if not out.parent.is_dir():
+        raise HwprobeError(f"cannot write {out}: no such folder {out.parent}")
+    if out.is_dir():
+        raise HwprobeError(f"{out} is a folder; give a file name")
+    if args.threads < 1:
+        raise HwprobeError("--threads must be >= 1")
+    prompts = read_prompts(args.prompts, args.category, limit=args.limit, offset=args.offset)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    summary = live(args, prompts, out)
+    print(summary)
+    return 0
+
+
+def _selection_profile(args):
+    """The profile the selector's cost models come from (None when the selector needs none)."""
+    from hwprobe.cli import HwprobeError
+    from simmoe.errors import SimmoeError
+    from simmoe.selectors import SELECTORS
+
+    cls = SELECTORS.get(args.selector)
+    if cls is None:
+        raise HwprobeError(f"unknown selector {args.selector!r}; known: {', '.join(SELECTORS)}")
+    if cls.needs_prepare:
+        raise HwprobeError(f"selector {args.selector!r} needs every pool of the run in advance "
+                           "(a trace-level pass); it cannot run live")
+    if args.hardware is None:
+        if cls.uses_cost or cls.uses_evict_cost:
+            raise HwprobeError(f"selector {args.selector!r} needs --hardware PROFILE with its cost model "
+                               "(measure one here with: hwprobe calibrate ... --out PROFILE.toml)")
+        return None
+    from simmoe.hardware import load_profile
+    try:
+        return load_profile(args.hardware)
+    except SimmoeError as exc:
+        raise HwprobeError(str(exc)) from None
+
+
+def live(args, prompts, out: Path) -> str:
+    """Run ``prompts`` live into ``out``; returns a one-line summary."""
+    import hashlib
+
+    import numpy as np
+
+    from hwprobe.cli import HwprobeError
+    from hwprobe.device import describe
+    from hwprobe.live import LiveSettings, LiveWriter, live_request, make_live_selector, pick_clock, warm_up
+    from hwprobe.measured_profile import profile_dict
+    from hwprobe.models import moe_blocks
+    from hwprobe.session import TokenProgress, build, oom_is_user_error
+    from simmoe.errors import SimmoeError
+    from simmoe.routepredict import RoutePredictor
+    from simmoe.trace import ModelGeometry
+
+    profile = _selection_profile(args)
+    options = {}
+    if args.ddd_threshold is not None:
+        options["ddd_threshold"] = args.ddd_threshold
+    if args.coverage_rho is not None:
+        options["coverage_rho"] = args.coverage_rho
+    settings = LiveSettings(selector=args.selector, slots=args.slots, K=args.K,
+                            route_accuracy=args.route_accuracy, seed=args.route_seed,
+                            max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
+                            options=options)
+    selector = make_live_selector(settings, profile)
+    try:
+        from simmoe.routepredict import check_accuracy
+
+        predictor_args = (check_accuracy(args.route_accuracy), args.route_seed)
+        s = build(args)
+        model, cfg = s.model, s.model.config
+        L, N, k = len(moe_blocks(model)), int(cfg.num_experts), int(cfg.num_experts_per_tok)
+        predictor = RoutePredictor(N, *predictor_args)
+    except SimmoeError as exc:
+        raise HwprobeError(str(exc)) from None
+    geometry = ModelGeometry(L, N, k, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
+    tok = s.loaded.tokenizer
+    eos = getattr(tok, "eos_token_id", None)
+    dev = describe(s.device)
+    meta = {
+        "model": s.loaded.name, "model_source": s.loaded.source, "weights": s.loaded.weights,
+        "seed": args.seed, "drafter": s.drafter.name,
+        "drafter_agreement": args.agreement if s.drafter.name == "target" else None,
+        "prompts": str(args.prompts), "prompts_sha256": hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest(),
+        "category": args.category, "limit": args.limit, "offset": args.offset,
+        "question_ids": [p.question_id for p in prompts],
+        "selector": args.selector, "slots": args.slots, "inflight": args.inflight, "K": args.K,
+        "route_accuracy": args.route_accuracy, "route_seed": args.route_seed, "options": options,
+        "max_new_tokens": args.max_new_tokens, "max_total_tokens": args.max_total_tokens,
+        "pool": s.spec.__dict__, "geometry": geometry.to_dict(), "device": dev,
+        "dtype": str(model.dtype).replace("torch.", ""), "attn": args.attn,
+        "timer": s.backend.timer.kind, "clock": pick_clock(args.clock, s.device)[0],
+        "threads": __import__("torch").get_num_threads(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "hwprobe " + shlex.join(getattr(args, "argv", [])),
+        "selection_profile": profile_dict(profile) if profile is not None else None,
+    }
+    writer = LiveWriter(out, meta)
+    row0 = 0
+    if prompts and selector.drafts:
+        warm_up(model, s.drafter, tok.encode_prompt(prompts[0].text), s.spec)
+    elif prompts:
+        warm_up(model, s.drafter, tok.encode_prompt(prompts[0].text), s.spec, rounds=0)
+    with TokenProgress(len(prompts) * args.max_new_tokens, f"live {args.selector} {out.name}", args.quiet) as bar, \
+            oom_is_user_error():
+        for i, pr in enumerate(prompts):
+            req = live_request(model, s.backend, s.drafter, selector, tok.encode_prompt(pr.text), index=i,
+                               request_id=pr.question_id, dataset=pr.dataset, row0=row0, settings=settings,
+                               spec=s.spec, num_experts=N, route_dtype=geometry.route_dtype, predictor=predictor,
+                               eos=eos, progress=bar.advance, clock=args.clock)
+            row0 += req.output_len
+            writer.add(req)
+    measured = _measured_profile(writer.requests, meta, geometry, s)
+    writer.finish({"measured_profile": measured})
+    reqs = writer.requests
+    n_tok = sum(r.output_len for r in reqs)
+    cyc = [c for r in reqs for c in r.cycles]
+    dec_ms = sum(c.cycle_ms for c in cyc)
+    tps = sum(r.output_len - 1 for r in reqs) / (dec_ms / 1e3) if dec_ms > 0 else float("nan")
+    copies = sum(sum(r.prefill_copies) for r in reqs) + sum(sum(c.copies) for c in cyc)
+    return (f"wrote {out}: {len(reqs)} requests, {n_tok} tokens, {len(cyc)} cycles, "
+            f"{n_tok / max(len(cyc), 1):.2f} tokens/cycle, decode {tps:.1f} tok/s, "
+            f"{copies / max(n_tok, 1):.2f} copies/token, median cycle "
+            f"{float(np.median([c.cycle_ms for c in cyc])) if cyc else 0:.2f} ms; greedy check passed; "
+            f"weights: {s.loaded.weights}")
+
+
+def _measured_profile(requests, meta, geometry, s) -> dict:
+    """The event-model parameters fitted to this run's own cycles (in-sample; see simmoe.validation)."""
+    from hwprobe.measured_profile import profile_dict
+    from simmoe.errors import SimmoeError
+    from simmoe.validation import LiveRun, fit_timing
+
+    run = LiveRun.from_records(meta, [line for r in requests for line in r.to_json_lines()], path="(this run)")
+    try:
+        prof = fit_timing([run], name=f"hwprobe-live-{s.device.type}")
+    except SimmoeError:          # too few cycles to fit: leave it out
+        return {}
+    return profile_dict(prof)

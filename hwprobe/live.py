@@ -1,0 +1,419 @@
+"""Live speculative decoding on the offloaded backend with any simmoe selector (SpecFit §2, §3.3).
+
+Per request: prefill, then a cursor ``t`` over the output positions, exactly
+as the replay engine (:mod:`simmoe.engine`) walks a recorded trace:
+
+1. **draft** — the drafter grows the full pool from prompt + output[:t+1]
+   (root = output[t]) level by level, each level timed;
+2. **atlas** — one forward over root + the full pool with the experts
+   computed straight from host memory (:func:`cache_bypass`: the expert cache,
+   its counters and the KV cache are left as they were) gives every node's
+   routes and the target's verdicts, the same full-pool forward that
+   ``hwprobe record`` runs.  It stands in for a route predictor and is not
+   part of the cycle's time;
+3. **select** — the simmoe selector sees a :class:`simmoe.selectors.PoolView`
+   built with the trace's dtypes (float32 probabilities, the geometry's route
+   dtype) and the trace's position row, so live and replay make identical
+   selections on identical pools; with ``route_accuracy < 1`` the routes pass
+   through :class:`simmoe.routepredict.RoutePredictor` with the same seed and
+   row.  Drafting is charged for the levels the selector drafted only (the
+   first d levels of a pool do not depend on deeper ones);
+4. **verify** — one timed tree forward over root + S on the offloaded
+   backend (hits, copies per layer from its counters);
+5. **commit** — greedy verdict, KV compaction to the accepted path,
+   bookkeeping; ``min(1 + accepted, positions left)`` positions advance.
+
+After every request its output is checked against plain greedy decoding
+(run with :func:`cache_bypass`, untimed): greedy verification is lossless,
+so any difference is a bug (:class:`LosslessCheckFailed`, exit status 3).
+
+Cost per cycle: depth drafter calls, two target forwards (atlas and
+verification), one selector call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from hwprobe.cli import HwprobeError
+from hwprobe.device import synchronize
+from hwprobe.pool import Pool, PoolSpec, grow_pool
+from hwprobe.routes import RouteRecorder
+from hwprobe.specdecode import greedy_generate, prefill
+from hwprobe.tree import cache_length, compact_cache, crop_cache, greedy_verdict, tree_forward
+
+LIVE_FORMAT = "simmoe-live/1"
+
+
+class LosslessCheckFailed(HwprobeError):
+    """Speculative output differs from greedy autoregressive output: a bug, not bad input."""
+
+    exit_status = 3
+
+
+# --------------------------------------------------------------------------
+# forwards that leave the expert cache alone
+# --------------------------------------------------------------------------
+class HostExperts(nn.Module):
+    """The experts of one :class:`~hwprobe.offload.OffloadedExperts`, computed from host memory.
+
+    Same per-expert grouping and summation order as the offloaded module, so
+    the outputs (hence routes of later layers) are the same; no cache, no
+    counters.  Each used expert is moved to the device per call (a no-op on
+    the CPU).
+    """
+
+    def __init__(self, offloaded):
+        super().__init__()
+        self.off = offloaded
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        off = self.off
+        T, k = top_k_index.shape
+        flat = top_k_index.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=off.num_experts).tolist()
+        out_tk = hidden_states.new_zeros((T * k, hidden_states.shape[-1]))
+        start = 0
+        for e, n in enumerate(counts):
+            if not n:
+                continue
+            sel = order[start:start + n]
+            start += n
+            x = hidden_states[sel // k]
+            w_gu = off.host_gate_up[e].to(hidden_states.device, non_blocking=False)
+            w_dn = off.host_down[e].to(hidden_states.device, non_blocking=False)
+            gate, up = nn.functional.linear(x, w_gu).chunk(2, dim=-1)
+            y = nn.functional.linear(off.act_fn(gate) * up, w_dn)
+            out_tk.index_copy_(0, sel, y.to(out_tk.dtype))
+        return (out_tk.view(T, k, -1) * top_k_weights.to(out_tk.dtype)[..., None]).sum(dim=1)
+
+
+@contextlib.contextmanager
+def cache_bypass(model):
+    """Within the block, every offloaded experts module is replaced by its :class:`HostExperts`."""
+    from hwprobe.models import moe_blocks
+
+    swapped = []
+    try:
+        for _, block in moe_blocks(model):
+            swapped.append((block, block.experts))
+            block.experts = HostExperts(block.experts)
+        yield
+    finally:
+        for block, experts in swapped:
+            block.experts = experts
+
+
+# --------------------------------------------------------------------------
+# one live run
+# --------------------------------------------------------------------------
+@dataclass
+class LiveCycle:
+    """One measured cycle (times in ms)."""
+
+    request: int
+    position: int
+    row: int
+    pool_size: int
+    pool_levels: int
+    drafted_levels: int
+    selected: list[int]
+    accepted: int
+    committed: int
+    tokens: list[int]               # the committed tokens: root, then the accepted path (capped)
+    draft_ms: float
+    select_ms: float
+    verify_ms: float
+    commit_ms: float
+    hits: list[int]                 # per layer
+    copies: list[int]               # per layer
+    level_ms: list[float] = field(default_factory=list)   # every drafted level of the full pool
+
+    @property
+    def cycle_ms(self) -> float:
+        return self.draft_ms + self.select_ms + self.verify_ms + self.commit_ms
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        d["type"] = "cycle"
+        d["cycle_ms"] = self.cycle_ms
+        d["forward_tokens"] = 1 + len(self.selected)
+        return d
+
+
+@dataclass
+class LiveRequest:
+    """One finished request."""
+
+    index: int
+    request_id: str
+    dataset: str
+    prompt_len: int
+    output_len: int
+    tokens: list[int]
+    prefill_ms: float
+    prefill_hits: list[int]
+    prefill_copies: list[int]
+    prefill_union: int
+    cycles: list[LiveCycle]
+    copy_ms: list[float]            # durations of (up to 500 of) the request's copies
+    greedy_checked: bool = True
+
+    def to_json_lines(self) -> list[dict]:
+        head = {k: v for k, v in self.__dict__.items() if k != "cycles"}
+        head["type"] = "request"
+        head["decode_ms"] = float(sum(c.cycle_ms for c in self.cycles))
+        return [head] + [c.to_json() for c in self.cycles]
+
+
+@dataclass
+class LiveSettings:
+    """What decides a live run's selections (the replay must use the same)."""
+
+    selector: str
+    slots: int
+    K: int = 7
+    route_accuracy: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 64
+    max_total_tokens: int | None = None
+    options: dict = field(default_factory=dict)
+
+
+def make_live_selector(settings: LiveSettings, profile):
+    """The simmoe selector of ``settings`` configured as the replay engine configures it."""
+    from simmoe.errors import SimmoeError
+    from simmoe.selectors import SELECTORS, SelectorContext, make_selector
+
+    cls = SELECTORS.get(settings.selector)
+    if cls is None:
+        raise HwprobeError(f"unknown selector {settings.selector!r}; known: {', '.join(SELECTORS)}")
+    if cls.needs_prepare:
+        raise HwprobeError(f"selector {settings.selector!r} needs every pool of the run in advance "
+                           "(a trace-level pass); it cannot run live")
+    cache_active = settings.slots > 0
+    try:
+        cost = profile.cost_model(cache_active) if cls.uses_cost else None
+        evict = tuple(profile.evict_cost) if cls.uses_evict_cost else ()
+        if cls.uses_evict_cost and not evict:
+            raise SimmoeError(f"profile {profile.name} has no [evict] cost_ms table")
+        return make_selector(settings.selector, SelectorContext(K=settings.K, cost=cost, evict_cost=evict,
+                                                                options=dict(settings.options)))
+    except SimmoeError as exc:
+        raise HwprobeError(f"selector {settings.selector!r}: {exc}") from None
+
+
+def _view(pool: Pool, routes: np.ndarray, agree: np.ndarray, row: int, num_experts: int,
+          route_dtype, predictor):
+    """A PoolView with the dtypes a trace stores (so selections match the replay's bit for bit)."""
+    from simmoe.selectors import PoolView
+
+    root_routes = routes[0].astype(route_dtype)
+    node_routes = routes[1:].astype(route_dtype)
+    root_routes, node_routes = predictor.predict(row, root_routes, node_routes)
+    return PoolView(row=row, parents=np.asarray(pool.parent, np.int16), levels=np.asarray(pool.level, np.int8),
+                    p=np.asarray(pool.p, np.float32), q=np.asarray(pool.q, np.float32),
+                    agree=np.asarray(agree, bool), root_routes=root_routes, node_routes=node_routes,
+                    num_experts=num_experts)
+
+
+CLOCKS = ("auto", "wall", "cpu")
+
+
+def pick_clock(name: str, device) -> tuple[str, object]:
+    """``(name, now)`` of the clock that times cycles; ``auto``: thread CPU time on the CPU, else the wall clock.
+
+    On a CPU shared with other jobs the wall clock also counts the time
+    slices the OS gives to them; the thread's CPU time (torch on one thread
+    computes in the calling thread) counts this run's work only.  On CUDA,
+    the wall clock around synchronised sections.
+    """
+    if name not in CLOCKS:
+        raise HwprobeError(f"unknown clock {name!r}; known: {', '.join(CLOCKS)}")
+    if name == "auto":
+        name = "cpu" if getattr(device, "type", "cpu") == "cpu" else "wall"
+    return name, (time.thread_time if name == "cpu" else time.perf_counter)
+
+
+def warm_up(model, drafter, prompt_ids: list[int], spec: PoolSpec, rounds: int = 2) -> None:
+    """Untimed forwards of the target (through :func:`cache_bypass`) and the drafter before timing starts.
+
+    The first calls of a freshly loaded model are slow (allocator, kernel
+    selection); without this the first request of every run reads long.
+    The expert cache and its counters are untouched.
+    """
+    from hwprobe.pool import build_pool
+
+    with cache_bypass(model):
+        greedy_generate(model, list(prompt_ids), 4)
+    for _ in range(rounds):
+        drafter.start(list(prompt_ids))
+        build_pool(drafter, list(prompt_ids), spec)
+
+
+def _grow_timed(drafter, context, spec: PoolSpec, sync, now) -> tuple[Pool, list[float]]:
+    """The full pool, and each level's drafting time on the clock ``now`` (ms)."""
+    pool, level_ms = Pool(), []
+    t = now()
+    for pool in grow_pool(drafter, context, spec, sync):
+        t1 = now()
+        level_ms.append((t1 - t) * 1e3)
+        t = t1
+    return pool, level_ms
+
+
+def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, index: int, request_id: str,
+                 dataset: str, row0: int, settings: LiveSettings, spec: PoolSpec, num_experts: int,
+                 route_dtype, predictor, eos=None, check: bool = True, progress=None,
+                 clock: str = "auto") -> LiveRequest:
+    """Decode one request speculatively, measuring every cycle (module docstring) with ``clock`` (:func:`pick_clock`)."""
+    device = next(model.parameters()).device
+    sync = (lambda: synchronize(device))
+    feats = getattr(drafter, "needs_features", False)
+    n_limit = settings.max_new_tokens
+    if settings.max_total_tokens is not None:
+        n_limit = min(n_limit, settings.max_total_tokens - len(prompt_ids))
+        if n_limit < 1:
+            raise HwprobeError(f"request {request_id}: prompt of {len(prompt_ids)} tokens leaves no room "
+                               f"under the {settings.max_total_tokens}-token limit")
+    _, perf = pick_clock(clock, device)
+    cycles: list[LiveCycle] = []
+    copy_ms: list[float] = []
+    drafter.start(list(prompt_ids))
+    with RouteRecorder(model) as rec:
+        backend.collect()
+        sync()
+        t0 = perf()
+        cache, out, root = prefill(model, list(prompt_ids), hidden_states=feats)
+        sync()
+        prefill_ms = (perf() - t0) * 1e3
+        pr = rec.pop()
+        prefill_union = int(sum(len(np.unique(pr[:, l])) for l in range(pr.shape[1])))
+        snap = backend.collect()
+        pre_hits, pre_copies = list(snap.hits), list(snap.copies)
+        copy_ms += snap.copy_ms[:500]
+        if feats:
+            drafter.observe(list(prompt_ids), out)
+        tokens = [root]
+        if eos is not None and root == eos:
+            n_limit = 1
+        t = 0
+        while t < n_limit:
+            context = list(prompt_ids) + tokens
+            n = cache_length(cache)
+            if selector.drafts:
+                pool, level_ms = _grow_timed(drafter, context, spec, sync, perf)
+                with cache_bypass(model):                   # the atlas: untimed, cache untouched
+                    atlas = tree_forward(model, cache, root, pool)
+                crop_cache(cache, n)
+                routes = rec.pop()
+                full = greedy_verdict(pool, atlas.logits[0])
+                view = _view(pool, routes, full.agree, row0 + t, num_experts, route_dtype, predictor)
+                t1 = perf()
+                choice = selector.select(view)
+                select_ms = (perf() - t1) * 1e3
+                nodes = sorted(int(j) for j in np.asarray(choice.nodes).tolist())
+                drafted = int(choice.drafted_levels)
+                sub = pool.subset(nodes)
+                draft_ms = float(sum(level_ms[:drafted]))
+                pool_size, pool_levels = len(pool), (max(pool.level) if len(pool) else 0)
+            else:
+                sub, nodes, drafted, draft_ms, select_ms, level_ms = Pool(), [], 0, 0.0, 0.0, []
+                pool_size = pool_levels = 0
+            backend.collect()
+            sync()
+            t2 = perf()
+            o = tree_forward(model, cache, root, sub, hidden_states=feats)
+            sync()
+            verify_ms = (perf() - t2) * 1e3
+            rec.pop()
+            snap = backend.collect()
+            t3 = perf()
+            v = greedy_verdict(sub, o.logits[0])
+            rows = [0] + [1 + j for j in v.path]
+            compact_cache(cache, n, rows)
+            if feats:
+                drafter.observe(context, o, rows)
+            new = [sub.token[j] for j in v.path] + [v.next_root]
+            tokens = tokens + new
+            sync()
+            commit_ms = (perf() - t3) * 1e3
+            if eos is not None and eos in tokens:
+                n_limit = min(n_limit, tokens.index(eos) + 1)
+            acc = len(v.path)
+            committed = min(1 + acc, n_limit - t)
+            if len(copy_ms) < 500:
+                copy_ms += snap.copy_ms[: 500 - len(copy_ms)]
+            cycles.append(LiveCycle(
+                request=index, position=t, row=row0 + t, pool_size=pool_size, pool_levels=int(pool_levels),
+                drafted_levels=drafted, selected=nodes, accepted=acc, committed=committed,
+                tokens=[int(x) for x in tokens[t:t + committed]], draft_ms=draft_ms, select_ms=select_ms,
+                verify_ms=verify_ms, commit_ms=commit_ms, hits=list(snap.hits), copies=list(snap.copies),
+                level_ms=level_ms))
+            t += committed
+            root = tokens[t] if t < len(tokens) else v.next_root
+            if progress is not None:
+                progress(committed)
+    output = [int(x) for x in tokens[:n_limit]]
+    if check:
+        with cache_bypass(model):
+            greedy = greedy_generate(model, list(prompt_ids), n_limit, eos)
+        if greedy != output:
+            at = next((i for i, (a, b) in enumerate(zip(greedy, output)) if a != b), min(len(greedy), len(output)))
+            raise LosslessCheckFailed(f"request {request_id}: speculative output differs from greedy decoding "
+                                      f"at output position {at} (selector {settings.selector}); please report")
+    return LiveRequest(index=index, request_id=str(request_id), dataset=dataset, prompt_len=len(prompt_ids),
+                       output_len=n_limit, tokens=output, prefill_ms=prefill_ms, prefill_hits=pre_hits,
+                       prefill_copies=pre_copies, prefill_union=prefill_union, cycles=cycles,
+                       copy_ms=[float(x) for x in copy_ms], greedy_checked=bool(check))
+
+
+# --------------------------------------------------------------------------
+# the live-run file: JSON lines, written atomically, partial results kept
+# --------------------------------------------------------------------------
+class LiveWriter:
+    """Writes ``OUT`` (complete run) and, while running, ``OUT.partial`` (finished requests so far).
+
+    Both are JSON lines: the run line (``"type": "run"``, with ``"complete"``),
+    then per request a request line followed by its cycle lines.  Each write
+    replaces the whole file atomically (temp file in the same folder, then
+    ``os.replace``), so a killed run leaves a readable ``OUT.partial`` marked
+    ``"complete": false`` and never a torn file.  O(lines so far) per request.
+    """
+
+    def __init__(self, out, meta: dict):
+        from pathlib import Path
+
+        self.out = Path(out)
+        self.partial = self.out.with_name(self.out.name + ".partial")
+        self.meta = dict(meta)
+        self.requests: list[LiveRequest] = []
+
+    def _text(self, complete: bool, extra: dict | None = None) -> str:
+        import json
+
+        head = {"type": "run", "format": LIVE_FORMAT, **self.meta, **(extra or {}), "complete": complete,
+                "requests_done": len(self.requests)}
+        lines = [json.dumps(head)]
+        for r in self.requests:
+            lines += [json.dumps(x) for x in r.to_json_lines()]
+        return "\n".join(lines) + "\n"
+
+    def add(self, request: LiveRequest) -> None:
+        from hwprobe.atomic import write_text_atomic
+
+        self.requests.append(request)
+        write_text_atomic(self.partial, self._text(False))
+
+    def finish(self, extra: dict | None = None) -> None:
+        from hwprobe.atomic import write_text_atomic
+
+        write_text_atomic(self.out, self._text(True, extra))
+        self.partial.unlink(missing_ok=True)
