@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from hwprobe.cli import HwprobeError
-from hwprobe.device import Interval, Timer, synchronize
+from hwprobe.device import Timer, synchronize
 
 
 @dataclass

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from simmoe.atomicio import write_text_atomic
 from simmoe.errors import ProfileError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -329,15 +329,4 @@ def save_profile(p: HardwareProfile, path: str | os.PathLike, *, header: str = "
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise ProfileError(f"cannot write {path}: no such folder {folder}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return write_text_atomic(path, text)

@@ -28,7 +28,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import sys
 
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts

@@ -13,14 +13,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from hwprobe.data import SPEC_BENCH_QUESTIONS
+
 
 def register(sub) -> None:
     p = sub.add_parser("selftest", help="GPU self-check: bandwidth, offload equality, short record and calibrate",
                        description=__doc__.split("\n\n", 1)[1])
     p.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
     p.add_argument("--layers", type=int, default=2, help="layers of the Qwen3-30B-A3B-shaped model (GPU; default 2)")
-    p.add_argument("--prompts", default="/work/shared/data/spec_bench_question.jsonl",
-                   help="Spec-Bench JSONL for the short record and calibrate")
+    p.add_argument("--prompts", default=str(SPEC_BENCH_QUESTIONS),
+                   help="Spec-Bench JSONL for the short record and calibrate (default: the shipped copy)")
     p.add_argument("--keep", metavar="DIR", help="keep the trace, profile and probe rows in DIR")
     p.set_defaults(func=run)
 

@@ -9,11 +9,10 @@ and the two answers must agree (otherwise exit status 3).
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from simmoe.atomicio import write_text_atomic
 from simmoe.errors import CheckFailed, SimmoeError
 
 DEFAULT_MAX_SUBTREES = 10**9
@@ -114,16 +113,7 @@ def _write_all(folder: str, records: list[dict], args) -> list[str]:
 
 def write_json_atomic(path: Path, obj) -> None:
     """Write JSON to a temp file in the same folder, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
 def _as_json(args, cases, written) -> dict:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 
@@ -30,18 +28,9 @@ def register(sub) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    from simmoe.errors import SimmoeError
+    from simmoe.atomicio import write_text_atomic
 
-    if not path.parent.is_dir():
-        raise SimmoeError(f"cannot write {path}: no such folder {path.parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 def run(args) -> int:
@@ -65,7 +54,7 @@ def run(args) -> int:
         origin = f"profile {args.hardware}"
     else:
         timing = fit_timing(fits, name="fitted-live")
-        origin = (f"fitted to the validated runs' own cycles (in-sample)" if in_sample
+        origin = ("fitted to the validated runs' own cycles (in-sample)" if in_sample
                   else f"fitted to {len(fits)} other live run(s): {', '.join(args.fit)}")
     results = []
     for live in lives:

@@ -28,7 +28,6 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simmoe.atomicio import write_atomic
 from simmoe.errors import TraceError
 from simmoe.trace import route_codec
 from simmoe.trace.schema import SCHEMA_VERSION, ModelGeometry, Requests, Trace
@@ -71,20 +71,13 @@ def write_trace(trace: Trace, path) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise TraceError("the folder does not exist", path=str(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        pq.write_table(
-            table, tmp, compression="zstd", compression_level=ZSTD_LEVEL,
-            use_dictionary=False, data_page_size=8 << 20, write_statistics=False,
-            # Floats compress better split into byte planes; nested columns are named by their leaf path.
-            column_encoding={f"{c}.list.element": "BYTE_STREAM_SPLIT"
-                             for c in ("node_q", "node_p", "node_target_prob") if c in table.column_names},
-        )
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda tmp: pq.write_table(
+        table, tmp, compression="zstd", compression_level=ZSTD_LEVEL,
+        use_dictionary=False, data_page_size=8 << 20, write_statistics=False,
+        # Floats compress better split into byte planes; nested columns are named by their leaf path.
+        column_encoding={f"{c}.list.element": "BYTE_STREAM_SPLIT"
+                         for c in ("node_q", "node_p", "node_target_prob") if c in table.column_names},
+    ))
 
 
 def _to_table(trace: Trace, path: str) -> pa.Table:

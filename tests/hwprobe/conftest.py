@@ -10,21 +10,6 @@ pytest.importorskip("transformers")
 # The CPU is shared: one thread keeps tiny-model timings stable and avoids oversubscription.
 torch.set_num_threads(1)
 
-SPEC_BENCH = "/work/shared/data/spec_bench_question.jsonl"
-
-
-def tiny_model(seed: int = 0, attn: str = "sdpa", **overrides):
-    """A fresh tiny random Qwen3-MoE model (float32, CPU)."""
-    from transformers import AutoModelForCausalLM
-
-    from hwprobe.models import named_config
-
-    cfg = named_config("tiny-random")
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation=attn)
-    return model.eval()
 
 
 @pytest.fixture

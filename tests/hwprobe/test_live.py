@@ -9,7 +9,7 @@ import pytest
 
 from hwprobe.cli import main
 
-from conftest import tiny_model
+from hwprobe_models import tiny_model
 
 pytestmark = pytest.mark.torch
 

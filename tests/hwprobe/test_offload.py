@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import tiny_model
+from hwprobe_models import tiny_model
 from hwprobe.cli import HwprobeError
 from hwprobe.offload import OffloadedExperts, install_offload
 from hwprobe.routes import RouteRecorder

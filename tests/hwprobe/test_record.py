@@ -144,7 +144,7 @@ def test_bad_prompts_and_config(tmp_path, capsys, prompts_file):
 def test_record_from_a_model_directory(tmp_path, prompts_file):
     from simmoe.trace.io import read_trace
 
-    from conftest import tiny_model
+    from hwprobe_models import tiny_model
 
     d = tmp_path / "model"
     tiny_model(seed=11).save_pretrained(d)

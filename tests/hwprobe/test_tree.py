@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import tiny_model
+from hwprobe_models import tiny_model
 from hwprobe.drafters.ngram import NGramDrafter
 from hwprobe.drafters.random_draft import RandomDrafter
 from hwprobe.drafters.target_derived import TargetDerivedDrafter

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from simmoe.costfit import (
     ProbeRow,
@@ -19,7 +19,6 @@ from simmoe.costfit import (
     mean_count_simulator,
     read_probes,
     replay_simulator,
-    table3_targets,
 )
 from simmoe.errors import SimmoeError
 from simmoe.hardware import load_profile

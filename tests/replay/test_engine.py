@@ -90,7 +90,6 @@ def test_ar_eagle3_and_oracle_cycle_counters(seed, nodes):
         assert com == min(1 + longest_agreeing(trace, row), remaining)
         assert row == starts[r] + t
     # with full-depth pools, no selector commits more than the oracle in the same state
-    best = {int(row): int(com) for row, com in zip(oracle["row"], oracle["committed"])}
     for name in FAST:
         c = run(trace, selector=name).cycles
         for row, com, r, t in zip(c["row"], c["committed"], c["request"], c["position"]):
