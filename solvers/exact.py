@@ -8,18 +8,26 @@ Three exact methods, all returning the unique winner of §3.3's tie rule:
   Visits |A_K| states, O(|A_K|·w) for w-word bitmaps.
 * :func:`branch_and_bound_ratio` — the same traversal with pruning (beyond the
   paper).  It starts from the best of the root-only set and the K top-p
-  prefixes (EAGLE-3's rule).  Each node v has a *credit* c_v
-  (``Pool.credits``): the pairs whose first holder in id order is v.  In the
-  traversal every node of S has a smaller id than every node an extension X
-  adds, so a pair credited to a node of X has no holder in S and is new, and
-  each pair is credited once: ``F(S ∪ X) >= F(S) + Σ_{v∈X} c_v``.  With the
-  incumbent ratio ρ*, an extension of j nodes with ids >= i can beat ρ* only
-  if ``R̂(S) − ρ*βF(S) + Σ_{j largest} a_v − ρ*b_{|S|+j} >= 0`` with
-  a_v = p_v − ρ*β c_v over ids >= i, for some j <= K − |S| (b may be
-  non-monotone).  The suffixes shrink as i grows, so the first child that
-  fails ends the loop over the rest.  The values are rebuilt whenever ρ*
-  rises.  Worst case still O(|A_K|·w); on SpecFit-shaped pools it evaluates
-  about 16 subtrees where enumeration evaluates about 290
+  prefixes (EAGLE-3's rule), or from a given start set.  Each node v has a
+  *credit* c_v (``Pool.credits``): the pairs whose first holder in id order
+  is v.  In the traversal every node of S has a smaller id than every node an
+  extension X adds, so a pair credited to a node of X has no holder in S and
+  is new, and each pair is credited once: ``F(S ∪ X) >= F(S) + Σ_{v∈X} c_v``.
+  With λ the incumbent ratio ρ* and a_v = p_v − λβc_v, an extension X can beat
+  ρ* only if ``R̂(S) − λβF(S) + Σ_{v∈X} a_v − λ·b_{|S|+|X|} >= 0``.  X lies in
+  the subtrees of the children still to try at this state (the *reachable*
+  nodes), so the left side is at most
+  ``R̂(S) − λβF(S) + P − λ·min_{t=1..K−|S|} b_{|S|+t}`` with P the sum of the
+  positive a_v over the reachable nodes (b may be non-monotone).  P is kept
+  per state in O(1): each node stores the sum and count of the positive a_v
+  in its subtree, and trying child j removes j, skipping it removes j's
+  subtree.  When more than K − |S| reachable a_v are positive, the sorted
+  bound over ids >= j is tried too: the t largest a_v, every t <= K − |S|.
+  Both bounds shrink as the loop moves to later children, so the first child
+  that fails ends the loop.  The values are rebuilt whenever ρ* rises (an
+  old P still bounds, since the a_v only fall).  Worst case still
+  O(|A_K|·w); on SpecFit-shaped pools it evaluates about 7.5 subtrees per
+  selection where enumeration evaluates about 290
   (``benchmarks/bench_solvers.py``).
 * :func:`select_exact` always uses the branch and bound: it was faster than
   plain enumeration on every pool shape in the benchmark.
@@ -27,13 +35,16 @@ Three exact methods, all returning the unique winner of §3.3's tie rule:
 :func:`branch_and_bound_linear` / :func:`select_max_linear` run the same
 search for max R̂ − λT̂ with λ fixed and the incumbent's value as the target.
 
-Floating point: the search compares fast sums; a candidate within 1e-9
-(relative) of the incumbent, or better, is evaluated canonically
-(``solvers.cost``) and compared under the full tie rule, and the pruning keeps
-a 1e-9 margin, so ties are never lost to rounding.
+Floating point: the traversal adds nodes in increasing id order and sums R̂
+from 1.0 along the path, so each candidate's R̂, F and T̂ are exactly the
+canonical numbers of ``solvers.cost``: candidates are compared exactly under
+the full tie rule, and one Selection is built, for the winner.  The pruning
+keeps a 1e-9 relative margin, so rounding in the bounds never loses a tie.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 from solvers.cost import (CostModel, Selection, better_linear, better_ratio, check_K, evaluate,
                           linear_value, make_selection)
@@ -49,20 +60,21 @@ _REL_TOL = 1e-9
 
 class _SearchView:
     """Per-pool data of the branch and bound (cached on the pool; independent of the cost):
-    children[v] (ascending), the root's children, the credits c_v (``Pool.credits``).
+    children[v] (ascending), the root's children, the credits c_v (``Pool.credits``), and
+    the node ids by decreasing p (ties by id) for the starting incumbent.
     """
 
-    __slots__ = ("children", "roots", "credit")
+    __slots__ = ("children", "roots", "credit", "by_p")
 
     def __init__(self, pool: Pool):
-        n = pool.n
-        kids: list[list[int]] = [[] for _ in range(n)]
+        kids: list[list[int]] = [[] for _ in range(pool.n)]
         roots: list[int] = []
         for v, a in enumerate(pool.parents):
             (roots if a < 0 else kids[a]).append(v)
         self.children = kids
         self.roots = roots
         self.credit = pool.credits
+        self.by_p = sorted(range(pool.n), key=pool.probs.__getitem__, reverse=True)
 
 
 def search_view(pool: Pool) -> _SearchView:
@@ -72,38 +84,95 @@ def search_view(pool: Pool) -> _SearchView:
     return view
 
 
-def _prefix_incumbent(pool: Pool, K: int, cost: CostModel, lam: float | None) -> Selection:
+def prefix_view(pool: Pool, sub: Pool, d: int) -> None:
+    """Cache on ``sub`` = V≤d of ``pool`` (its ids a prefix 0..m−1) the search view of
+    ``sub``, cut from ``pool``'s instead of rebuilt.  O(m).
+
+    In V≤d a node of level d has no child, and a node of level < d keeps all its
+    children (their ids are < m when V≤d is a prefix); the lists are shared, never
+    mutated.
+    """
+    full = search_view(pool)
+    m, levels = sub.n, pool.levels
+    view = _SearchView.__new__(_SearchView)
+    view.children = [kids if levels[v] < d else [] for v, kids in enumerate(full.children[:m])]
+    view.roots = [v for v in full.roots if v < m]
+    view.credit = sub.credits
+    view.by_p = [v for v in full.by_p if v < m]
+    sub._cache["search"] = view
+
+
+def _canonical(pool: Pool, nodes: tuple[int, ...], union_bits: int, cost: CostModel,
+               lam: float | None) -> list:
+    """[score, R̂, F, nodes] of an ascending legal set, in the canonical arithmetic of
+    :mod:`solvers.cost` (score: R̂/T̂, or R̂ − λT̂ when ``lam`` is given)."""
+    r = 1.0
+    probs = pool.probs
+    for v in nodes:
+        r += probs[v]
+    f = pool.root_count + union_bits.bit_count()
+    t = cost.b[len(nodes)] + cost.beta * f
+    return [r / t if lam is None else r - lam * t, r, f, nodes]
+
+
+def _beats(q: float, r: float, f: int, nodes: tuple, inc: list) -> bool:
+    """§3.3's tie rule on canonical numbers: score, larger R̂, smaller F, fewer nodes,
+    lexicographically smaller ids.  ``inc`` = [score, R̂, F, nodes] of the incumbent."""
+    if q != inc[0]:
+        return q > inc[0]
+    if r != inc[1]:
+        return r > inc[1]
+    if f != inc[2]:
+        return f < inc[2]
+    if len(nodes) != len(inc[3]):
+        return len(nodes) < len(inc[3])
+    return nodes < inc[3]
+
+
+def _prefix_start(pool: Pool, K: int, cost: CostModel, lam: float | None,
+                  view: _SearchView) -> list:
     """Best of the root-only set and the K top-p prefixes (EAGLE-3's rule): a cheap start.
 
-    ``lam`` None: best ratio; otherwise best R̂ − λT̂.  O(K) bitmap ORs.
+    ``lam`` None: best ratio; otherwise best R̂ − λT̂.  Returns [score, R̂, F, nodes].
+    O(K) bitmap ORs.
     """
-    best = make_selection(pool, (), 0, cost)
-    if K == 0 or pool.n == 0:
-        return best
     probs, parents, masks = pool.probs, pool.parents, pool.masks
     b, beta, F0 = cost.b, cost.beta, pool.root_count
-    by_p = sorted(range(pool.n), key=probs.__getitem__, reverse=True)  # stable: ties by id
+    t = b[0] + beta * F0
+    root_only = [1.0 / t if lam is None else 1.0 - lam * t, 1.0, F0, ()]
+    if K == 0:
+        return root_only
     present = 1                     # bit a+1: node a chosen; bit 0: the root
     union, r, s = 0, 1.0, 0
-    best_score = best.ratio if lam is None else best.reward - lam * best.time
-    best_present, best_union = 1, 0
-    for v in by_p:
+    best_score, best_s, best_union = root_only[0], 0, 0
+    picked: list[int] = []
+    for v in view.by_p:
         if not (present >> (parents[v] + 1)) & 1:
             continue
         present |= 1 << (v + 1)
         union |= masks[v]
         r += probs[v]
         s += 1
+        picked.append(v)
         t = b[s] + beta * (F0 + union.bit_count())
         score = r / t if lam is None else r - lam * t
         if score > best_score:
-            best_score, best_present, best_union = score, present, union
+            best_score, best_s, best_union = score, s, union
         if s == K:
             break
-    if best_present == 1:
-        return best
-    nodes = tuple(v for v in range(pool.n) if (best_present >> (v + 1)) & 1)
-    return make_selection(pool, nodes, best_union, cost)
+    if best_s == 0:
+        return root_only
+    # the sums above run in p order: recompute the winner's numbers canonically
+    nodes = tuple(sorted(picked[:best_s]))
+    cand = _canonical(pool, nodes, best_union, cost, lam)
+    return cand if _beats(cand[0], cand[1], cand[2], nodes, root_only) else root_only
+
+
+def _prefix_incumbent(pool: Pool, K: int, cost: CostModel, lam: float | None) -> Selection:
+    """:func:`_prefix_start` as a Selection (the closure's starting point)."""
+    _, r, f, nodes = _prefix_start(pool, K, cost, lam, search_view(pool))
+    t = cost.b[len(nodes)] + cost.beta * f
+    return Selection(nodes, r, f, t, r / t)
 
 
 def _branch_and_bound(pool: Pool, K: int, cost: CostModel, lam: float | None,
@@ -112,81 +181,147 @@ def _branch_and_bound(pool: Pool, K: int, cost: CostModel, lam: float | None,
 
     Both modes test extensions against R̂ − λT̂ >= target: for the ratio, λ is
     the incumbent ratio ρ* and the target 0; for the linear objective, λ is
-    fixed and the target is the incumbent's value.
+    fixed and the target is the incumbent's value.  The traversal adds nodes in
+    increasing id order and sums R̂ from 1.0 along the path, so every candidate's
+    R̂, F and T̂ are already the canonical numbers of :mod:`solvers.cost`: candidates
+    are compared exactly, and a Selection is built once, for the winner.
     """
+    ratio_mode = lam is None
+    n = pool.n
+    view = search_view(pool)
     if start is None or not start.nodes:
-        best = _prefix_incumbent(pool, K, cost, lam)
+        inc = _prefix_start(pool, K, cost, lam, view)
     else:
         # the search evaluates only non-empty sets: the root-only choice competes here
-        root_only = make_selection(pool, (), 0, cost)
-        wins = better_ratio(start, root_only) if lam is None else better_linear(start, root_only, lam)
-        best = start if wins else root_only
-    n = pool.n
-    if K == 0 or n == 0:
-        return best
+        inc = _canonical(pool, (), 0, cost, lam)
+        first = [start.ratio if ratio_mode else start.reward - lam * start.time,
+                 start.reward, start.union, start.nodes]
+        if _beats(first[0], first[1], first[2], first[3], inc):
+            inc = first
+    if K > 0 and n > 0:
+        _search(pool, K, cost, lam, view, inc)
+    nodes, r, f = inc[3], inc[1], inc[2]
+    t = cost.b[len(nodes)] + cost.beta * f
+    return Selection(nodes, r, f, t, r / t)
+
+
+@lru_cache(maxsize=64)
+def _smallest_intercepts(b: tuple[float, ...], K: int) -> tuple[float, ...]:
+    """bmin[s] = min of b[s + t] over t = 1..K − s, for s < K (b may be non-monotone)."""
+    return tuple(min(b[s + 1:K + 1]) for s in range(K))
+
+
+def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _SearchView,
+            inc: list) -> None:
+    """Depth-first branch and bound from the incumbent ``inc`` (updated in place)."""
     ratio_mode = lam is None
-    view = search_view(pool)
-    probs, masks, children, credit = pool.probs, pool.masks, view.children, view.credit
+    n = pool.n
+    probs, masks, parents = pool.probs, pool.masks, pool.parents
+    children, credit = view.children, view.credit
     b, beta, F0 = cost.b, cost.beta, pool.root_count
-    lam0 = best.ratio if ratio_mode else lam
-    # st: [incumbent, λ, target, a_v, gain per (j, |S|), sorted a_v per suffix j]
-    st = [best, lam0, 0.0 if ratio_mode else best.reward - lam0 * best.time,
-          [probs[v] - lam0 * beta * credit[v] for v in range(n)], {}, {}]
+    bmin = _smallest_intercepts(b, K)
     chosen: list[int] = []
+    # the bound's data for the current λ (module docstring): a_v = p_v − λβc_v and, per
+    # node, the sum and count of the positive a_v in its subtree
+    lam_now = inc[0] if ratio_mode else lam
+    lam_beta = lam_now * beta
+    target = 0.0 if ratio_mode else inc[0]
+    a: list = []
+    subpos: list = []
+    subcnt: list = []
+    exact_gains: dict = {}
+
+    def rebuild():
+        nonlocal a, subpos, subcnt, exact_gains
+        a = [p - lam_beta * c for p, c in zip(probs, credit)]
+        subpos = [x if x > 0.0 else 0.0 for x in a]
+        subcnt = [1 if x > 0.0 else 0 for x in a]
+        for v in range(n - 1, -1, -1):     # children after parents: one backward pass
+            u = parents[v]
+            if u >= 0 and subcnt[v]:
+                subpos[u] += subpos[v]
+                subcnt[u] += subcnt[v]
+        exact_gains = {}
 
     def gain(j: int, s: int) -> float:
-        # max over t = 1..K−s of (sum of the t largest a_v over ids >= j) − λ·b[s+t]
-        tabs = st[5]
-        top = tabs.get(j)
-        if top is None:
-            top = tabs[j] = sorted(st[3][j:], reverse=True)[:K]
-        lam_now = st[1]
-        acc, best_gain = 0.0, -float("inf")
-        for t in range(1, min(len(top), K - s) + 1):
-            acc += top[t - 1]
-            g = acc - lam_now * b[s + t]
-            if g > best_gain:
-                best_gain = g
-        st[4][j * (K + 1) + s] = best_gain
-        return best_gain
+        # max over t = 1..K−s of (Σ of the t largest a_v over ids >= j) − λ·b[s+t]
+        key = j * (K + 1) + s
+        g = exact_gains.get(key)
+        if g is None:
+            ranked = sorted(a[j:], reverse=True)
+            acc, g = 0.0, -float("inf")
+            for t in range(1, min(len(ranked), K - s) + 1):
+                acc += ranked[t - 1]
+                x = acc - lam_now * b[s + t]
+                if x > g:
+                    g = x
+            exact_gains[key] = g
+        return g
 
-    def visit(frontier: list[int], union: int, r: float, s: int, F: int):
-        # frontier: ids whose parent is in S ∪ {root}, ascending, all above S's ids
+    rebuild()
+
+    def visit(frontier: list[int], union: int, r: float, s: int, F: int, ps: float, pc: int):
+        # frontier: ids whose parent is in S ∪ {root}, ascending, all above S's ids.
+        # ps, pc: sum and count of the positive a_v over the frontier's subtrees (every
+        # node an extension can use), updated as the loop drops a child's subtree.
+        # An extension X of S reaches the target only if
+        #   R̂(S) − λβF(S) + Σ_{v∈X} a_v − λ·b[|S|+|X|] >= target,
+        # bounded by ps − λ·bmin[|S|] (and by the sorted suffix when pc > K − |S|).
+        nonlocal lam_now, lam_beta, target
+        s1 = s + 1
+        b1 = b[s1]
         room = K - s
+        last = len(frontier) - 1
+        # floor: the target less the rounding margin; base: what S contributes
+        floor = target - _REL_TOL * (1.0 + r + abs(target))
+        base = r - lam_beta * F - lam_now * bmin[s]
         for idx, j in enumerate(frontier):
-            lam_now, target = st[1], st[2]
-            # can an extension whose smallest new node is j reach the target?
-            g = st[4].get(j * (K + 1) + s)
-            if g is None:
-                g = gain(j, s)
-            floor = target - _REL_TOL * (1.0 + r + abs(target))
-            if r - lam_now * beta * F + g < floor:
-                return  # the suffixes shrink with j: later children cannot either
+            if base + ps < floor:
+                return  # the reachable sets shrink with j: later children cannot either
+            if pc > room and r - lam_beta * F + gain(j, s) < floor:
+                return
             u2 = union | masks[j]
             f2 = F0 + u2.bit_count()
             r2 = r + probs[j]
+            t2 = b1 + beta * f2
             chosen.append(j)
-            if r2 - lam_now * (b[s + 1] + beta * f2) >= floor:
-                cand = make_selection(pool, tuple(chosen), u2, cost)
-                if (better_ratio(cand, st[0]) if ratio_mode
-                        else better_linear(cand, st[0], lam_now)):
-                    st[0] = cand
+            q = r2 / t2 if ratio_mode else r2 - lam_now * t2
+            if q >= inc[0]:
+                nodes = tuple(chosen)
+                if _beats(q, r2, f2, nodes, inc):
+                    inc[0], inc[1], inc[2], inc[3] = q, r2, f2, nodes
                     if ratio_mode:
-                        if cand.ratio > st[1]:
-                            st[1] = cand.ratio
-                            st[3] = [probs[v] - cand.ratio * beta * credit[v] for v in range(n)]
-                            st[4], st[5] = {}, {}
+                        if q > lam_now:
+                            lam_now, lam_beta = q, q * beta
+                            rebuild()
+                            # a changed: recount what the rest of this frontier reaches
+                            ps = sum(subpos[v] for v in frontier[idx:])
+                            pc = sum(subcnt[v] for v in frontier[idx:])
                     else:
-                        st[2] = cand.reward - lam_now * cand.time
-            if room > 1:
-                nxt = children[j] + frontier[idx + 1:]
-                if children[j] and idx + 1 < len(frontier):
-                    nxt.sort()
-                visit(nxt, u2, r2, s + 1, f2)
+                        target = q
+                    floor = target - _REL_TOL * (1.0 + r + abs(target))
+                    base = r - lam_beta * F - lam_now * bmin[s]
+            aj = a[j]
+            if aj > 0.0:
+                ps2, pc2 = ps - aj, pc - 1
+            else:
+                ps2, pc2 = ps, pc
+            if s1 < K:
+                kids = children[j]
+                if kids:
+                    nxt = kids + frontier[idx + 1:]
+                    if idx < last:
+                        nxt.sort()
+                    visit(nxt, u2, r2, s1, f2, ps2, pc2)
+                elif idx < last:
+                    visit(frontier[idx + 1:], u2, r2, s1, f2, ps2, pc2)
             chosen.pop()
+            # drop j's subtree (a may have been rebuilt below: the old sums still bound)
+            ps, pc = ps2 - subpos[j] + (aj if aj > 0.0 else 0.0), pc2 - subcnt[j] + (aj > 0.0)
 
-    visit(list(view.roots), 0, 1.0, 0, F0)
-    return st[0]
+    roots = view.roots
+    visit(list(roots), 0, 1.0, 0, F0, sum(subpos[v] for v in roots),
+          sum(subcnt[v] for v in roots))
 
 
 def branch_and_bound_ratio(pool: Pool, K: int, cost: CostModel) -> Selection:

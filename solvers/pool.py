@@ -26,6 +26,8 @@ __all__ = ["Pool"]
 
 def _as_int_array(name: str, value, ndim: int) -> np.ndarray:
     arr = np.asarray(value)
+    if arr.dtype.kind in "iu" and arr.ndim == ndim and arr.size:
+        return arr.astype(np.int64, copy=False)     # the common case, without the checks
     if arr.size == 0 and arr.ndim == ndim:
         return arr.astype(np.int64)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
@@ -37,6 +39,23 @@ def _as_int_array(name: str, value, ndim: int) -> np.ndarray:
     if arr.ndim != ndim:
         raise InvalidInput(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
     return arr.astype(np.int64, copy=False)
+
+
+def _check_parents(par: np.ndarray) -> None:
+    """Raise for the first kind of bad parent found (own parent, listed after, below -1)."""
+    ids = np.arange(par.shape[0])
+    bad = np.nonzero(par == ids)[0]
+    if bad.size:
+        raise InvalidInput(f"parents: node {bad[0]} is its own parent (a cycle)")
+    bad = np.nonzero(par > ids)[0]
+    if bad.size:
+        v = int(bad[0])
+        raise InvalidInput(f"parents: node {v} has parent {int(par[v])} listed after it "
+                           f"(parents must precede children; this also rules out cycles)")
+    bad = np.nonzero(par < -1)[0]
+    if bad.size:
+        raise InvalidInput(f"parents: node {int(bad[0])} has parent {int(par[bad[0]])}; "
+                           f"use -1 for the root")
 
 
 class Pool:
@@ -89,7 +108,8 @@ class Pool:
         path probabilities in [0, 1].  ``root_routes``: ints ``[L, k]``;
         ``node_routes``: ints ``[n, L, k]`` (any int dtype; n may be 0).
         Duplicate experts within one layer's route count once (sets).
-        Cost: O(n·L·k + L·N) numpy work plus one ``int.from_bytes`` per node.
+        Cost: O(n·L·k + L·N) numpy work plus, per node, one ``int.from_bytes`` and a
+        few short-int operations (levels, ancestors, credits).
         """
         if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) \
                 or num_experts <= 0:
@@ -97,27 +117,27 @@ class Pool:
         N = int(num_experts)
         par = _as_int_array("parents", parents, 1)
         n = par.shape[0]
-        ids = np.arange(n)
-        bad = np.nonzero(par == ids)[0]
-        if bad.size:
-            raise InvalidInput(f"parents: node {bad[0]} is its own parent (a cycle)")
-        bad = np.nonzero(par > ids)[0]
-        if bad.size:
-            v = int(bad[0])
-            raise InvalidInput(f"parents: node {v} has parent {int(par[v])} listed after it "
-                               f"(parents must precede children; this also rules out cycles)")
-        bad = np.nonzero(par < -1)[0]
-        if bad.size:
-            raise InvalidInput(f"parents: node {int(bad[0])} has parent {int(par[bad[0]])}; "
-                               f"use -1 for the root")
+        plist = par.tolist()
+        # levels, and the parent rule checked on the way (messages: _check_parents)
+        levels: list[int] = []
+        for i, a in enumerate(plist):
+            if a < 0:
+                if a != -1:
+                    _check_parents(par)
+                levels.append(1)
+            elif a < i:
+                levels.append(levels[a] + 1)
+            else:
+                _check_parents(par)
         try:
             p = np.asarray(probs, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"probs must be numbers: {exc}") from None
         if p.shape != (n,):
             raise InvalidInput(f"probs has shape {p.shape}, expected ({n},) to match parents")
-        bad = np.nonzero(~((p >= 0.0) & (p <= 1.0)))[0]
-        if bad.size:
+        plain_p = p.tolist()
+        if not all(0.0 <= x <= 1.0 for x in plain_p):      # NaN fails too
+            bad = np.nonzero(~((p >= 0.0) & (p <= 1.0)))[0]
             raise InvalidInput(f"probs: node {int(bad[0])} has probability {p[bad[0]]!r}, "
                                f"outside [0, 1]")
         root = _as_int_array("root_routes", root_routes, 2)
@@ -153,19 +173,12 @@ class Pool:
             width = U + 1
             member = np.zeros(n * width, dtype=bool)
             member[(column[flat] + (np.arange(n, dtype=idx_dtype) * width)[:, None]).ravel()] = True
-            member = member.reshape(n, width)
-            member[:, U] = False
-            packed = np.packbits(member, axis=1, bitorder="little")
+            packed = np.packbits(member.reshape(n, width)[:, :U], axis=1, bitorder="little")
             from_bytes = int.from_bytes
             raw, nb = packed.tobytes(), packed.shape[1]
-            masks = tuple(from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n))
-            # first holder (in id order) of every pair; the spare column U is excluded
-            credits = np.bincount(member[:, :U].argmax(axis=0), minlength=n).tolist()
-        levels = []
-        plist = par.tolist()
-        for a in plist:
-            levels.append(1 if a < 0 else levels[a] + 1)
-        return cls(tuple(plist), tuple(p.tolist()), tuple(levels), L, N, root_count, masks,
+            masks = tuple([from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n)])
+            credits = None      # computed from the masks by __init__ (n short int ops)
+        return cls(tuple(plist), tuple(plain_p), tuple(levels), L, N, root_count, masks,
                    credits)
 
     # -- views ----------------------------------------------------------------------
