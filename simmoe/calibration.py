@@ -264,7 +264,13 @@ def write_report(path: str | os.PathLike, seed: int = 0, log=print) -> str:
              "`simmoe.caches`' `lru` policy).",
              "GSM8K's routing fields were fitted on 12 of its 80 requests (every 7th, from "
              "question 402) to keep the fit affordable; the full-size values below are what "
-             "the shipped presets achieve.", ""]
+             "the shipped presets achieve.",
+             "This report covers the workload side (the trace generator).  The timing side — "
+             "the `a100-pcie-40gb` profile fitted to Table 3's ms/cycle, and every Table 3 row "
+             "(decode TPS, draft nodes, committed, cycles, ms/cycle, H2D/token) replayed with "
+             "it — is listed with target, achieved and error in the *Fit set* section of "
+             "`reports/validation.md` (`python -m simmoe.predictions`); the derivation of the "
+             "profile is in `docs/hardware-profiles.md`.", ""]
     for name, preset in PRESETS.items():
         t0, c0 = time.perf_counter(), time.process_time()
         tr = generate(preset.params, seed=seed, preset=name, fitted_to=preset.fitted_to)
