@@ -1,0 +1,121 @@
+"""The replays behind the report: configurations, slices, rows against one-by-one replays."""
+
+from __future__ import annotations
+
+import pytest
+
+from report_traces import small
+from simmoe.engine import ReplayConfig, ar_baseline, replay
+from simmoe.report.experiments import (
+    ReportSettings,
+    dataset_of,
+    experiment_configs,
+    head_requests,
+    load_profiles,
+    run_experiments,
+    table5_row,
+)
+
+SETTINGS = ReportSettings(slot_sweep=(4, 0), policy_slots=(2, 4), slots=4, rtx_slots=3,
+                          accuracies=(1.0, 0.5))
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return small(61, "gsm8k")
+
+
+@pytest.fixture(scope="module")
+def frame(trace):
+    return run_experiments(trace, "gsm8k.parquet", SETTINGS, workers=1)
+
+
+def test_every_row_equals_a_one_by_one_replay(trace, frame):
+    profiles = load_profiles(SETTINGS)
+    assert set(frame["experiment"]) == {"main", "slots", "rtx4090", "link", "routes", "policy"}
+    for _, r in frame.iterrows():
+        cfg = ReplayConfig(selector=r["selector"], slots=int(r["slots"]), cache=r["cache"],
+                           hardware=r["hardware"], route_accuracy=float(r["route_accuracy"]),
+                           selector_ms=r["selector_ms_fixed"])
+        one = replay(trace, cfg, profiles[cfg.hardware]).summary()
+        base = replay(trace, ar_baseline(cfg), profiles[cfg.hardware]).summary()
+        for k in ("decode_tps", "cycles", "committed", "h2d_per_token", "ms_per_cycle", "hit_rate"):
+            assert r[k] == pytest.approx(one[k], rel=0, abs=0, nan_ok=True), (r["experiment"], k)
+        assert r["speedup"] == pytest.approx(one["decode_tps"] / base["decode_tps"], rel=1e-12)
+        assert bool(r["synthetic"])
+
+
+def test_fixed_selector_time_and_cache_naming(frame):
+    spec = frame[frame["selector"] == "specfit"]
+    assert (spec["selector_ms_fixed"] == 2.82).all()      # SpecFit §4.6, GSM8K median
+    assert (frame[frame["selector"] == "eagle3"]["selector_ms_fixed"] == 0.0).all()
+    assert ((frame["slots"] == 0) == (frame["cache"] == "none")).all()
+    link = frame[frame["experiment"] == "link"]
+    assert sorted(set(link["link_gbps"])) == [24.8, 55.0, 375.0]
+    pol = frame[frame["experiment"] == "policy"]
+    assert set(pol["cache"]) == {"lru", "lfu", "belady", "static"}
+    # belady is the fewest copies of any policy at the same slots (the offline optimum)
+    for (sel, slots), g in pol.groupby(["selector", "slots"]):
+        bel = g[g["cache"] == "belady"]["h2d_per_token"].iloc[0]
+        assert bel <= g["h2d_per_token"].min() + 1e-12
+
+
+def test_dataset_selector_time_and_override():
+    profiles = load_profiles(SETTINGS)
+    cn = dict((c.selector, c.selector_ms) for g, c in experiment_configs(SETTINGS, "cnndm", profiles)
+              if g == "main")
+    assert cn["specfit"] == 1.43 and cn["eagle3"] == 0.0
+    other = dict((c.selector, c.selector_ms) for g, c in experiment_configs(SETTINGS, "alpaca", profiles)
+                 if g == "main")
+    assert other["specfit"] == profiles["a100-pcie-40gb"].selector_ms
+    fixed = ReportSettings(selector_ms=1.0)
+    assert {c.selector_ms for g, c in experiment_configs(fixed, "gsm8k", profiles)
+            if c.selector == "specfit"} == {1.0}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10])
+def test_head_requests_equals_the_engines_own_limit(trace, n):
+    head = head_requests(trace, n)
+    assert len(head.requests) == min(n, len(trace.requests))
+    from simmoe.trace.validate import validate_trace
+
+    validate_trace(head)
+    for sel in ("eagle3", "specfit"):
+        a = replay(head, ReplayConfig(selector=sel, selector_ms=0.5)).summary()
+        b = replay(trace, ReplayConfig(selector=sel, selector_ms=0.5, requests=n)).summary()
+        assert a == b
+
+
+def test_dataset_of(trace):
+    assert dataset_of(trace, "x.parquet") == "gsm8k"
+    mixed = small(62, "gsm8k")
+    mixed.requests.dataset[0] = "cnndm"
+    assert dataset_of(mixed, "dir/cnndm.parquet") == "cnndm"
+    assert dataset_of(mixed, "dir/other.parquet") == "mixed"
+
+
+def test_table5_row_equals_simmoe_bound_on_the_slice(trace, tmp_path):
+    from simmoe.cli.bound import bound_report
+    from simmoe.trace.io import write_trace
+
+    s = ReportSettings(requests=2)
+    row = table5_row(trace, "gsm8k.parquet", s)
+    write_trace(head_requests(trace, 2), tmp_path / "head.parquet")
+    ref = bound_report(str(tmp_path / "head.parquet"), slots=48)["table5"]
+    for k, v in ref.items():
+        if isinstance(v, float):
+            assert row[k] == pytest.approx(v, rel=1e-12), k
+        else:
+            assert row[k] == v, k
+    assert row["requests_limit"] == 2 and row["synthetic"] is True
+
+
+def test_settings_round_trip_and_validation():
+    from simmoe.errors import SimmoeError
+
+    s = ReportSettings(requests=5, accuracies=(1.0, 0.3), selector_ms=0.7)
+    assert ReportSettings.from_dict(s.to_dict()) == s
+    for bad in (dict(requests=0), dict(check_requests=0), dict(slots=0),
+                dict(links=(("x", 0.0),)), dict(selector_ms=-1.0)):
+        with pytest.raises(SimmoeError):
+            ReportSettings(**bad).validate()
