@@ -31,15 +31,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from simmoe.atomicio import write_text_atomic
 from simmoe.errors import CheckFailed, SimmoeError
 from simmoe.trace.schema import PoolShape, Requests, Trace
 
@@ -1062,19 +1061,6 @@ def _analysis(pred: Predictions) -> str:
 # --------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, then ``os.replace`` (no half-written file)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m simmoe.predictions",

@@ -18,13 +18,12 @@ profile, timing model and seed (SpecFit §4.1).
 from __future__ import annotations
 
 import itertools
-import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from simmoe.atomicio import write_bytes_atomic, write_text_atomic
 from simmoe.engine import ReplayConfig, ar_baseline, plan_key, replay
 from simmoe.errors import SimmoeError
 from simmoe.metrics import COUNTERS, speedup
@@ -211,27 +210,6 @@ def read_table(path):
         raise SimmoeError(f"cannot read the existing table {path}: {exc}") from None
 
 
-# -- atomic output ----------------------------------------------------------------
-def atomic_write_bytes(path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise SimmoeError(f"cannot write {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_table(frame, path) -> None:
@@ -240,11 +218,11 @@ def write_table(frame, path) -> None:
 
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
-        atomic_write_text(path, frame.to_csv(index=False))
+        write_text_atomic(path, frame.to_csv(index=False))
     elif suffix in (".parquet", ".pq"):
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
-        atomic_write_bytes(path, buf.getvalue())
+        write_bytes_atomic(path, buf.getvalue())
     else:
         raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
 

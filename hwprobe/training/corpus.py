@@ -18,12 +18,12 @@ import argparse
 import hashlib
 import json
 import lzma
-import os
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from simmoe.atomicio import write_bytes_atomic
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
 MANIFEST_PATH = CORPUS_DIR / "manifest.json"
@@ -118,15 +118,7 @@ def split_documents(docs: list[Document]) -> tuple[list[Document], list[Document
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; these files are shipped
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, data)
 
 
 def build(stdlib: Path, *, write_manifest: bool = False) -> Path:

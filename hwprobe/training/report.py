@@ -18,8 +18,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from simmoe.atomicio import write_bytes_atomic
 
 from hwprobe.training.data import prepare
 from hwprobe.training.draft_agreement import draft_agreement
@@ -43,15 +44,7 @@ def plan_from_dict(d: dict) -> TrainPlan:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, data)
 
 
 def measure(model_dir: Path, threads: int = THREADS) -> dict:

@@ -84,7 +84,7 @@ def run(args) -> int:
     from simmoe.engine import ReplayConfig, ar_baseline, replay_all
     from simmoe.hardware import load_profile
     from simmoe.metrics import speedup
-    from simmoe.sweep import atomic_write_bytes, atomic_write_text
+    from simmoe.atomicio import write_bytes_atomic, write_text_atomic
     from simmoe.selectors import parse_selectors
     from simmoe.trace.io import read_trace
 
@@ -149,7 +149,7 @@ def run(args) -> int:
         if args.json == "-":
             print(text)
         else:
-            atomic_write_text(args.json, text + "\n")
+            write_text_atomic(args.json, text + "\n")
     if args.csv:
         import pandas as pd
 
@@ -161,7 +161,7 @@ def run(args) -> int:
         if args.csv == "-":
             sys.stdout.write(text)
         else:
-            atomic_write_text(args.csv, text)
+            write_text_atomic(args.csv, text)
     if args.cycles:
         import io
 
@@ -170,7 +170,7 @@ def run(args) -> int:
         frame = pd.concat([res.cycles_frame() for res in results.values()], ignore_index=True)
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
-        atomic_write_bytes(args.cycles, buf.getvalue())
+        write_bytes_atomic(args.cycles, buf.getvalue())
     if not to_stdout:
         _console(stderr=False).print(results_table(rows, base, baseline, trace.is_synthetic))
     return 0

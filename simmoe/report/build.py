@@ -225,7 +225,7 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
     """Compute and write the report for ``paths`` into ``out``; the list of files written."""
     import pandas as pd
 
-    from simmoe.sweep import atomic_write_bytes
+    from simmoe.atomicio import write_bytes_atomic
     from simmoe.trace.io import read_trace
 
     settings = settings.validate()
@@ -268,5 +268,5 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
     for folder in (out, out / "tables", out / "figures"):
         folder.mkdir(exist_ok=True)
     for path, data in files.items():
-        atomic_write_bytes(path, data)
+        write_bytes_atomic(path, data)
     return list(files)
