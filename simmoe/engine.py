@@ -202,12 +202,8 @@ def plan(trace, config: ReplayConfig, profile=None, *,
     P = int(starts[R])
     t0 = time.perf_counter()
     if selector.needs_prepare:
-        rows = np.arange(P)
-        cap = int(getattr(selector, "max_states", P))
-        if P > cap:  # evenly spaced positions over the replayed requests
-            rows = np.unique(np.linspace(0, P - 1, cap).round().astype(np.int64))
         try:
-            selector.prepare(lambda: [_view(trace, int(i), predictor, N) for i in rows])
+            selector.prepare(trace, R, lambda rows: [_view(trace, int(i), predictor, N) for i in rows])
         except InvalidInput as exc:
             raise SimmoeError(f"selector {config.selector!r}: {exc}") from None
 

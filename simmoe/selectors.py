@@ -190,8 +190,13 @@ class Selector:
     def budget(self, view: PoolView) -> int:
         return min(self.K, view.size)
 
-    def prepare(self, views: Callable[[], Sequence[PoolView]]) -> None:
-        """Trace-level preparation (only ``optimal`` needs it)."""
+    def prepare(self, trace, num_requests: int,
+                views_at: Callable[[Sequence[int]], Sequence[PoolView]]) -> None:
+        """Trace-level preparation over the first ``num_requests`` requests (only ``optimal``).
+
+        ``views_at(rows)`` gives the selector's views (with its route information)
+        of the pools at the given position rows.
+        """
 
     def select(self, view: PoolView) -> Choice:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -349,10 +354,12 @@ class SpecFitFull(Selector):
 class Optimal(Selector):
     """The throughput-optimal rule S* = argmax R̂ − λ*T̂ over A_K (App. A.1).
 
-    λ* is the root of h(λ) = E[max_S R̂(S) − λT̂(S)] over the trace's pools,
-    found by Dinkelbach's iteration; option ``optimal_states`` caps how many
-    pools (evenly spaced over the replayed positions) enter the expectation
-    (default 2000).
+    λ* is the root of h(λ) = E[max_S R̂(S) − λT̂(S)] over the cycle states
+    of Eq. 5 + adaptive depth: the pools V≤d that SpecFit drafts on this
+    trace (``simmoe.theory.cycles.specfit_cycles``), found by Dinkelbach's
+    iteration (``simmoe.theory.lambda_star``) — the same λ* as ``simmoe
+    bound``, so the simulated gain of S* over Ŝ can be set beside Table 5's
+    prediction.  With a route predictor the states carry the predicted routes.
     """
 
     name = "optimal"
@@ -363,21 +370,19 @@ class Optimal(Selector):
     def __init__(self, context):
         super().__init__(context)
         self.lam: float | None = None
-        self.max_states = int(context.options.get("optimal_states", 2000))
         from solvers import select_max_linear
 
         self._search = select_max_linear
 
-    def prepare(self, views):
-        from solvers import dinkelbach, exact_oracle
+    def prepare(self, trace, num_requests, views_at):
+        from simmoe.theory.cycles import specfit_cycles
+        from simmoe.theory.optimal import lambda_star
 
         cost = self.context.cost
-        states = [(v.pool(), self.budget(v), cost) for v in views() if v.size]
-        if not states:
-            self.lam = 0.0
-            return
-        self.result = dinkelbach(states, exact_oracle)
-        self.lam = float(self.result.lam)
+        cycles = [c for c in specfit_cycles(trace, cost, self.K) if c.request < num_requests]
+        states = [view.pool().upto_level(c.drafted_levels)[0]
+                  for view, c in zip(views_at([c.row for c in cycles]), cycles)]
+        self.lam = lambda_star(states, self.K, cost) if states else 0.0
 
     def select(self, view):
         if view.size == 0:

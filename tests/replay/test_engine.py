@@ -104,6 +104,20 @@ def test_optimal_is_lossless_and_reports_lambda_star():
     assert res.lambda_star is not None and res.lambda_star > 0
 
 
+def test_optimal_uses_the_lambda_star_of_simmoe_bound():
+    # The same λ* as Table 5 (simmoe bound) on SpecFit's drafted pools, for every prefix of requests.
+    from simmoe.theory.cycles import specfit_cycles
+    from simmoe.theory.table5 import compute_table5
+
+    trace = random_trace(9, num_requests=3, output_len=(5, 9), pool_nodes=9)
+    cost = PROFILE.cost_model(True)
+    for requests in (1, 3):
+        res = run(trace, selector="optimal", slots=4, requests=requests)
+        cycles = [c for c in specfit_cycles(trace, cost) if c.request < requests]
+        table = compute_table5(cycles, trace.pool_shape.K, cost, synthetic=True)
+        assert res.lambda_star == pytest.approx(table.lambda_star, rel=1e-9)
+
+
 # -- an independent brute-force replay ----------------------------------------------
 def brute_force_replay(trace, slots: int, policy: str, K: int = 7):
     """eagle3 under LRU or no cache, in plain Python: (copies, hits, cycles, committed list)."""

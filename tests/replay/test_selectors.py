@@ -224,7 +224,7 @@ def test_every_selector_returns_legal_choices():
     views = list(views_of(trace))
     for name in SELECTORS:
         sel = make_selector(name, ctx)
-        sel.prepare(lambda: views)
+        sel.prepare(trace, len(trace.requests), lambda rows: [views[int(i)] for i in rows])
         for view in views:
             c = sel.select(view)
             assert isinstance(c, Choice)
