@@ -40,7 +40,8 @@ import numpy as np
 
 from simmoe.atomicio import write_text_atomic
 from simmoe.errors import CheckFailed, SimmoeError
-from simmoe.trace.schema import PoolShape, Requests, Trace
+from simmoe.trace.schema import PoolShape, Trace
+from simmoe.trace.subset import select_requests
 
 # SpecFit §4.6: median selector time per cycle (GSM8K, CNN/DM); the top-K rules
 # (EAGLE-3, EVICT's prefix) are charged nothing, AR has no selector.
@@ -114,41 +115,6 @@ def published() -> dict:
 # --------------------------------------------------------------------------
 # traces
 # --------------------------------------------------------------------------
-def select_requests(trace: Trace, index) -> Trace:
-    """The requests ``index`` (increasing) of ``trace``, with their positions and pools.  O(rows kept)."""
-    index = np.asarray(index, dtype=np.int64)
-    R = len(trace.requests)
-    if index.size == 0 or (np.diff(index) <= 0).any() or index[0] < 0 or index[-1] >= R:
-        raise SimmoeError(f"request subset must be increasing indices below {R}")
-    pos = np.concatenate([np.arange(*trace.request_positions(int(r))) for r in index])
-    ptr = trace.node_ptr
-    counts = ptr[pos + 1] - ptr[pos]
-    nodes = np.concatenate([np.arange(ptr[p], ptr[p + 1]) for p in pos]) if counts.sum() else \
-        np.zeros(0, np.int64)
-    rq = trace.requests
-    out_len = rq.output_len[index]
-    meta = dict(trace.meta)
-    meta["num_requests"] = int(len(index))
-    meta["subset"] = [int(i) for i in (np.asarray(meta["subset"])[index] if "subset" in meta else index)]
-    opt = lambda a, ix: None if a is None else a[ix]
-    return Trace(
-        meta=meta,
-        requests=Requests(request_id=rq.request_id[index], dataset=rq.dataset[index],
-                          prompt_len=rq.prompt_len[index], output_len=out_len,
-                          prefill_union=rq.prefill_union[index],
-                          prefill_time_ms=rq.prefill_time_ms[index]),
-        pos_request=np.repeat(np.arange(len(index), dtype=np.int32), out_len),
-        pos_index=trace.pos_index[pos], root_token=trace.root_token[pos],
-        root_routes=trace.root_routes[pos],
-        node_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        node_parent=trace.node_parent[nodes], node_level=trace.node_level[nodes],
-        node_token=trace.node_token[nodes], node_q=trace.node_q[nodes], node_p=trace.node_p[nodes],
-        node_agree=trace.node_agree[nodes], node_routes=trace.node_routes[nodes],
-        node_target_prob=opt(trace.node_target_prob, nodes), draft_time_ms=opt(trace.draft_time_ms, pos),
-        path=trace.path,
-    )
-
-
 def odd_numbered(trace: Trace) -> Trace:
     """The odd-numbered questions (1st, 3rd, …) of a trace: SpecFit §4.5's 40 of 80 GSM8K questions."""
     return select_requests(trace, np.arange(0, len(trace.requests), 2))

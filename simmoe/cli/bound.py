@@ -33,12 +33,17 @@ def register(sub) -> None:
     p.add_argument("--slots", metavar="N", type=int, default=DEFAULT_SLOTS,
                    help="expert slots per layer: > 0 uses the coefficients fitted with the "
                    f"cache, 0 those fitted without it (default {DEFAULT_SLOTS})")
+    p.add_argument("--requests", metavar="N", type=int,
+                   help="only the first N requests of the trace (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    report = bound_report(args.trace, hardware=args.hardware, slots=args.slots)
+    log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    report = bound_report(args.trace, hardware=args.hardware, slots=args.slots,
+                          requests=args.requests, log=log)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -47,8 +52,9 @@ def run(args) -> int:
     return 0
 
 
-def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEFAULT_SLOTS) -> dict:
-    """Everything ``simmoe bound`` prints, as a JSON-able dict."""
+def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEFAULT_SLOTS,
+                 requests: int | None = None, log=lambda msg: None) -> dict:
+    """Everything ``simmoe bound`` prints, as a JSON-able dict (``requests``: the first N only)."""
     from simmoe.hardware import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
@@ -58,6 +64,10 @@ def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEF
     if slots < 0:
         raise SimmoeError(f"--slots must be >= 0, got {slots}")
     trace = read_trace(path)
+    if requests is not None:
+        from simmoe.trace.subset import head_requests
+
+        trace = head_requests(trace, requests)
     profile = load_profile(hardware)
     name = profile.name
     cache = slots > 0  # the cache never changes selections, only which coefficients apply
@@ -67,9 +77,11 @@ def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEF
         raise SimmoeError(f"profile {name!r} has {len(cost.b)} intercepts b_0..b_"
                           f"{len(cost.b) - 1}, but the trace's K = {K} needs b_0..b_{K}")
     try:
+        log(f"walking SpecFit's cycles over {len(trace.requests)} requests ...")
         cycles = specfit_cycles(trace, cost, K)
         if not cycles:
             raise SimmoeError(f"{path}: the trace has no output positions")
+        log(f"{len(cycles):,} cycles; Dinkelbach, Eq. 7 and the minimum cuts ...")
         table = compute_table5(cycles, K, cost, synthetic=trace.is_synthetic)
     except InvalidInput as exc:
         raise SimmoeError(f"{path}: {exc}") from None

@@ -40,7 +40,8 @@ from simmoe.metrics import COUNTERS, speedup
 from simmoe.report.published import PUBLISHED
 from simmoe.report.whatif import LINKS, bandwidth_profile
 from simmoe.selectors import SELECTORS
-from simmoe.trace.schema import Requests, Trace
+from simmoe.trace.schema import Trace
+from simmoe.trace.subset import head_requests
 
 METHODS = ("ar", "eagle3", "specfit")
 KNOWN_DATASETS = ("gsm8k", "cnndm")
@@ -110,33 +111,6 @@ def dataset_of(trace: Trace, path: str | None = None) -> str:
     if path is not None and Path(path).stem in KNOWN_DATASETS:
         return Path(path).stem
     return "mixed"
-
-
-def head_requests(trace: Trace, n: int | None) -> Trace:
-    """The first ``n`` requests of ``trace`` (all when ``n`` is None or not smaller). O(rows kept)."""
-    R = len(trace.requests)
-    if n is None or n >= R:
-        return trace
-    if n < 1:
-        raise SimmoeError(f"requests must be at least 1, got {n}")
-    P = trace.request_positions(n - 1)[1]
-    M = int(trace.node_ptr[P])
-    rq = trace.requests
-    return Trace(
-        meta=dict(trace.meta),
-        requests=Requests(request_id=rq.request_id[:n], dataset=rq.dataset[:n],
-                          prompt_len=rq.prompt_len[:n], output_len=rq.output_len[:n],
-                          prefill_union=rq.prefill_union[:n], prefill_time_ms=rq.prefill_time_ms[:n]),
-        pos_request=trace.pos_request[:P], pos_index=trace.pos_index[:P],
-        root_token=trace.root_token[:P], root_routes=trace.root_routes[:P],
-        node_ptr=trace.node_ptr[:P + 1],
-        node_parent=trace.node_parent[:M], node_level=trace.node_level[:M],
-        node_token=trace.node_token[:M], node_q=trace.node_q[:M], node_p=trace.node_p[:M],
-        node_agree=trace.node_agree[:M], node_routes=trace.node_routes[:M],
-        node_target_prob=None if trace.node_target_prob is None else trace.node_target_prob[:M],
-        draft_time_ms=None if trace.draft_time_ms is None else trace.draft_time_ms[:P],
-        path=trace.path,
-    )
 
 
 # --------------------------------------------------------------------------

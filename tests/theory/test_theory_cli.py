@@ -174,3 +174,19 @@ def test_hardness_disagreement_exits_3(monkeypatch, capsys):
     monkeypatch.setattr(hd, "has_clique", lambda g, r: not real(g, r))
     assert main(["hardness", "--vertices", "5", "--edge-prob", "0.6", "--r", "3"]) == 3
     assert "self-check failed" in capsys.readouterr().err
+
+
+def test_bound_on_the_first_requests_equals_bound_on_a_trace_of_them(files, tmp_path, capsys):
+    from simmoe.report.experiments import head_requests
+    from simmoe.trace.io import write_trace
+
+    trace, tpath, ppath = files
+    head = tmp_path / "head.parquet"
+    write_trace(head_requests(trace, 2), head)
+    assert main(["bound", tpath, "--hardware", ppath, "--requests", "2", "--json", "--quiet"]) == 0
+    part = json.loads(capsys.readouterr().out)
+    assert main(["bound", str(head), "--hardware", ppath, "--json", "--quiet"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert part["table5"] == whole["table5"]
+    assert part["table5"]["cycles"] < sum(int(n) for n in trace.requests.output_len)
+    assert main(["bound", tpath, "--hardware", ppath, "--requests", "0"]) == 2
