@@ -140,3 +140,29 @@ class TokenProgress:
     def __exit__(self, *exc):
         if self._p is not None:
             self._p.__exit__(*exc)
+
+
+def add_prompt_args(p) -> None:
+    """The prompt and length options shared by ``record`` and ``live``."""
+    p.add_argument("--prompts", required=True, help="Spec-Bench JSONL (question_id, category, turns)")
+    p.add_argument("--category", help="only this Spec-Bench category (e.g. math_reasoning, summarization)")
+    p.add_argument("--limit", type=int, help="at most this many prompts")
+    p.add_argument("--offset", type=int, default=0, help="skip this many prompts first")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="output positions per request (default 128)")
+    p.add_argument("--max-total-tokens", type=int, help="limit on prompt + output tokens (e.g. 512 for GSM8K)")
+
+
+def checked_output(args, what: str):
+    """``args.out`` as a Path, after the checks shared by ``record`` and ``live``."""
+    from pathlib import Path
+
+    from hwprobe.cli import HwprobeError
+
+    out = Path(args.out)
+    if args.max_new_tokens < 1:
+        raise HwprobeError("--max-new-tokens must be >= 1")
+    if not out.parent.is_dir():
+        raise HwprobeError(f"cannot write {out}: no such folder {out.parent}")
+    if out.is_dir():
+        raise HwprobeError(f"{out} is a folder; give a {what} name")
+    return out

@@ -127,18 +127,22 @@ def _committed(params: SynthParams, seed: int, n: int | None = None) -> float:
     return S.replay_eagle3(tr).committed_per_cycle
 
 
-def fit_easy_share(params: SynthParams, target: float, seed: int = 0, tol: float = 2e-4) -> float:
-    """Bisection on ``easy_share`` for EAGLE-3 committed tokens per cycle (full request set)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(30):
+def _bisect(too_low, lo: float, hi: float, iterations: int, tol: float) -> float:
+    """Bisection on [lo, hi]: ``too_low(x)`` says the answer lies above x; rounded to 4 places."""
+    for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        if _committed(params.with_(easy_share=mid), seed) < target:
+        if too_low(mid):
             lo = mid
         else:
             hi = mid
         if hi - lo < tol:
             break
     return round(0.5 * (lo + hi), 4)
+
+
+def fit_easy_share(params: SynthParams, target: float, seed: int = 0, tol: float = 2e-4) -> float:
+    """Bisection on ``easy_share`` for EAGLE-3 committed tokens per cycle (full request set)."""
+    return _bisect(lambda x: _committed(params.with_(easy_share=x), seed) < target, 0.0, 1.0, 30, tol)
 
 
 _ROUTE_KEYS = ("ar_h2d_nocache", "ar_h2d_lru48", "eagle3_h2d_nocache", "eagle3_h2d_lru48")
@@ -188,19 +192,13 @@ def fit_gsm8k_routing(params: SynthParams, seed: int = 0, stride: int = 7,
 def fit_locality(params: SynthParams, target: float, seed: int = 0, tol: float = 2e-3,
                  log=print) -> float:
     """Bisection on ``locality`` for AR copies per token with 48 LRU slots (decreasing in it)."""
-    lo, hi = 0.0, 0.99
-    for _ in range(20):
-        mid = 0.5 * (lo + hi)
-        tr = generate(params.with_(locality=mid), seed=seed, node_routes=False)
+    def too_low(x: float) -> bool:
+        tr = generate(params.with_(locality=x), seed=seed, node_routes=False)
         got = S.h2d_per_token(tr, S.replay_ar(tr), 48)
-        log(f"  locality={mid:.4f}  ar_h2d_lru48={got:.2f}")
-        if got > target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < tol:
-            break
-    return round(0.5 * (lo + hi), 4)
+        log(f"  locality={x:.4f}  ar_h2d_lru48={got:.2f}")
+        return got > target
+
+    return _bisect(too_low, 0.0, 0.99, 20, tol)
 
 
 STAGES = ("all", "easy-share", "gsm8k-routing", "cnndm-locality")

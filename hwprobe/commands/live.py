@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    from hwprobe.session import add_model_args
+    from hwprobe.session import add_model_args, add_prompt_args
 
     p = sub.add_parser("live", help="Real speculative decoding with any simmoe selector on the offloaded backend",
                        description="Speculative decoding with a simmoe selector, every cycle measured (drafting, "
@@ -24,12 +24,7 @@ def register(sub) -> None:
     p.add_argument("--route-seed", type=int, default=0, help="seed of the route predictor (as simmoe replay --seed)")
     p.add_argument("--ddd-threshold", type=float, help="ddd selector: stop drafting below this level mass")
     p.add_argument("--coverage-rho", type=float, help="coverage selector: fraction of the top-K mass")
-    p.add_argument("--prompts", required=True, help="Spec-Bench JSONL (question_id, category, turns)")
-    p.add_argument("--category", help="only this Spec-Bench category")
-    p.add_argument("--limit", type=int, help="at most this many prompts")
-    p.add_argument("--offset", type=int, default=0, help="skip this many prompts first")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="output positions per request (default 128)")
-    p.add_argument("--max-total-tokens", type=int, help="limit on prompt + output tokens")
+    add_prompt_args(p)
     p.add_argument("--K", type=int, default=7, help="verify budget K (default 7, as hwprobe record)")
     p.add_argument("--out", required=True, help="live-run file to write (JSON lines)")
     p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
@@ -45,15 +40,11 @@ def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
 
-    out = Path(args.out)
-    if args.max_new_tokens < 1:
-        raise HwprobeError("--max-new-tokens must be >= 1")
+    from hwprobe.session import checked_output
+
+    out = checked_output(args, "file")
     if args.K < 1:
         raise HwprobeError("--K must be >= 1")
-    if not out.parent.is_dir():
-        raise HwprobeError(f"cannot write {out}: no such folder {out.parent}")
-    if out.is_dir():
-        raise HwprobeError(f"{out} is a folder; give a file name")
     if args.threads < 1:
         raise HwprobeError("--threads must be >= 1")
     prompts = read_prompts(args.prompts, args.category, limit=args.limit, offset=args.offset)

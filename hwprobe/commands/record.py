@@ -8,19 +8,14 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    from hwprobe.session import add_model_args
+    from hwprobe.session import add_model_args, add_prompt_args
 
     p = sub.add_parser("record", help="Record a trace: pools, routes, agreement, timings, on a real model",
                        description="At every output position, build the full pool and run one target forward "
                        "over root + pool: every node's routes and the target's agreement.  Finished requests "
                        "are kept in OUT.parts/ so a killed run resumes; the trace is written atomically.")
     add_model_args(p)
-    p.add_argument("--prompts", required=True, help="Spec-Bench JSONL (question_id, category, turns)")
-    p.add_argument("--category", help="only this Spec-Bench category (e.g. math_reasoning, summarization)")
-    p.add_argument("--limit", type=int, help="at most this many prompts")
-    p.add_argument("--offset", type=int, default=0, help="skip this many prompts first")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="output positions per request (default 128)")
-    p.add_argument("--max-total-tokens", type=int, help="limit on prompt + output tokens (e.g. 512 for GSM8K)")
+    add_prompt_args(p)
     p.add_argument("--K", type=int, default=7, help="verify budget written into the pool shape (default 7)")
     p.add_argument("--out", required=True, help="trace file to write (.parquet)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -28,17 +23,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-
-    from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
+    from hwprobe.session import checked_output
 
-    out = Path(args.out)
-    if args.max_new_tokens < 1:
-        raise HwprobeError("--max-new-tokens must be >= 1")
-    if not out.parent.is_dir():
-        raise HwprobeError(f"cannot write {out}: no such folder {out.parent}")
-    if out.is_dir():
-        raise HwprobeError(f"{out} is a folder; give a trace file name")
+    out = checked_output(args, "trace file")
     prompts = read_prompts(args.prompts, args.category, limit=args.limit, offset=args.offset)
     trace, summary = record(args, prompts, out)
     print(summary)
