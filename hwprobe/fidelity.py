@@ -1,21 +1,29 @@
 """Regenerate ``reports/fidelity-<device>.md``: the simulator's replay against live runs on this machine.
 
-    python -m hwprobe.fidelity [--out-dir reports] [--max-new-tokens 48] [--keep DIR]
+    python -m hwprobe.fidelity [--out-dir reports] [--max-new-tokens 48] [--repeats 8] [--keep DIR]
 
 One command, in order (torch on one thread, cycles timed by the thread's CPU
 time on the CPU; every step is an ordinary ``hwprobe`` / ``simmoe`` call):
 
 1. ``hwprobe record`` of the *validation* prompts → the trace;
-2. ``hwprobe live`` with ``ar`` and ``eagle3`` at 0, a few and many slots,
-   each on the *fitting* prompts and then on the validation prompts
-   (interleaved, so both see the same machine);
-3. SpecFit's cost model (Eq. 4) derived from the event model fitted to the
-   fitting runs so far (:func:`simmoe.validation.derived_cost_model`), then
-   ``hwprobe live`` with ``specfit`` in the same way;
-4. the event model's timing fitted to all fitting runs
-   (:func:`simmoe.validation.fit_timing`), and every validation run compared
-   with the replay of the trace (:func:`simmoe.validation.compare`): held-out
-   prompts, so the errors are predictions, not fits.
+2. SpecFit's cost model (Eq. 4), derived
+   (:func:`simmoe.validation.derived_cost_model`) from the event model
+   fitted to ``hwprobe live`` runs of ``ar`` and ``eagle3`` on the *fitting*
+   prompts;
+3. ``--repeats`` rounds; in each, ``hwprobe live`` once for every
+   configuration (``ar``, ``eagle3``, ``specfit`` at 0, a few and many
+   slots), on the fitting and then the validation prompts.  Each live run
+   is one pass; a configuration's passes, spread over the whole command,
+   merge into one run whose every time is its minimum over the passes
+   (:func:`simmoe.validation.read_live_passes`): on a shared machine whole
+   seconds run 1.5–2× slow, whatever the clock, and the minimum keeps the
+   undisturbed measurement;
+4. the event model's timing fitted to the merged fitting runs
+   (:func:`simmoe.validation.fit_timing`), and every merged validation run
+   compared with the replay of the trace (:func:`simmoe.validation.compare`):
+   held-out prompts, so the errors are predictions, not fits.  The same
+   comparison on the first pass alone (fit and validation) is reported
+   beside it: what one pass gives.
 
 Model: the embedded trained tiny model when it exists (its own drafter),
 otherwise the ``tiny-random`` config with the target-derived drafter
@@ -91,8 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default="reports", help="folder of the report (default reports)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--repeats", type=int, default=8,
+                    help="measured passes of every configuration, interleaved in rounds; each time is its "
+                    "minimum over the passes (default 8)")
     ap.add_argument("--keep", metavar="DIR", help="keep the trace, live runs and profiles in DIR")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        print("error: --repeats must be >= 1", file=sys.stderr)
+        return 2
+    progress = None if args.quiet else (lambda msg: print(f"fidelity: {msg}", file=sys.stderr, flush=True))
 
     import torch
 
@@ -100,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     from hwprobe.device import describe, pick_device
     from simmoe.hardware import load_profile, save_profile
     from simmoe.trace.io import read_trace
-    from simmoe.validation import (compare, derived_cost_model, fit_timing, meets_goals, read_live,
-                                   selector_time)
+    from simmoe.validation import (assert_exact, compare, derived_cost_model, fit_timing, meets_goals,
+                                   read_live, read_live_passes, selector_time)
 
     torch.set_num_threads(1)
     out_dir = Path(args.out_dir)
@@ -123,42 +139,68 @@ def main(argv: list[str] | None = None) -> int:
         trace = read_trace(trace_path)
         N, k = trace.geometry.num_experts, trace.geometry.top_k
         slot_grid = (0, max(k, N // 8), (3 * N) // 4)
-        fit_runs, val_runs = [], []
         cost = work / "cost.toml"
+        configs = [(sel, slots) for sel in SELECTORS for slots in slot_grid]
 
-        def run_live(sel, slots, hardware):
-            for kind, prompts, bucket in (("fit", fit_p, fit_runs), ("val", val_p, val_runs)):
-                out = work / f"{kind}-{sel}-{slots}.jsonl"
-                _hw(["live", *common, "--selector", sel, "--slots", str(slots), *hardware,
-                     "--prompts", str(prompts), "--out", str(out), "--quiet"])
-                bucket.append(read_live(out))
+        def live_file(kind, sel, slots, tag_):
+            return work / f"{kind}-{sel}-{slots}-{tag_}.jsonl"
 
-        for sel in ("ar", "eagle3"):
-            for slots in slot_grid:
-                run_live(sel, slots, [])
-        # Eq. 4 for specfit, from the event model fitted to the AR and EAGLE-3 fitting runs
-        first = fit_timing(fit_runs, name=f"cost-{tag}")
-        cached = [r for r in fit_runs if r.meta["selector"] == "eagle3" and r.meta["slots"] > 0]
+        def run_live(kind, sel, slots, tag_, extra=()):
+            prompts = fit_p if kind == "fit" else val_p
+            hardware = ["--hardware", str(cost)] if sel == "specfit" else []
+            _hw(["live", *common, "--selector", sel, "--slots", str(slots), *hardware, *extra,
+                 "--prompts", str(prompts), "--out", str(live_file(kind, sel, slots, tag_)), "--quiet"])
+
+        # Eq. 4 for specfit, from the event model fitted to AR and EAGLE-3 on the fitting prompts
+        for sel, slots in configs:
+            if sel != "specfit":
+                run_live("fit", sel, slots, "cost", ["--repeats", "2"])
+        first = fit_timing([read_live(live_file("fit", sel, slots, "cost")) for sel, slots in configs
+                            if sel != "specfit"], name=f"cost-{tag}")
+        cached = [read_live(live_file("fit", "eagle3", slots, "cost")) for slots in slot_grid if slots > 0]
         hits = sum(int(r.cycles["hits"].sum()) for r in cached)
         misses = sum(int(r.cycles["copies"].sum()) for r in cached)
         derived = derived_cost_model(first, depth=trace.pool_shape.depth, K=trace.pool_shape.K,
                                      miss_fraction=misses / max(hits + misses, 1))
         save_profile(derived, cost, header="Eq. 4 derived from the event model fitted to AR and EAGLE-3 live runs")
-        for slots in slot_grid:
-            run_live("specfit", slots, ["--hardware", str(cost)])
-        profile = fit_timing(fit_runs, name=f"fitted-live-{tag}")
+        # the measured passes: every configuration once per round, the rounds one after another, so that
+        # each configuration's passes spread over the whole command and see the same machine
+        for rnd in range(args.repeats):
+            if progress:
+                progress(f"round {rnd + 1} of {args.repeats}: {len(configs)} configurations, fitting and "
+                         "validation prompts")
+            order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+            for sel, slots in order:
+                for kind in ("fit", "val"):
+                    run_live(kind, sel, slots, f"pass{rnd + 1}")
+
+        def merged(kind, sel, slots):
+            return read_live_passes([live_file(kind, sel, slots, f"pass{r + 1}") for r in range(args.repeats)])
+
+        def validate(fit_runs, val_runs, name):
+            profile = fit_timing(fit_runs, name=name)
+            results = []
+            for live in val_runs:
+                sel_prof = live.meta.get("selection_profile") or {}
+                prof = profile.replace(**{f: tuple(sel_prof[f]) for f in ("cost_b_cache", "cost_b_no_cache")
+                                          if sel_prof.get(f)},
+                                       **{f: float(sel_prof[f]) for f in ("cost_beta_cache", "cost_beta_no_cache")
+                                          if f in sel_prof})
+                results.append(compare(trace, live, prof,
+                                       selector_ms=selector_time(fit_runs, live.meta["selector"])))
+            return profile, results
+
+        val_runs = [merged("val", sel, slots) for sel, slots in configs]
+        profile, results = validate([merged("fit", sel, slots) for sel, slots in configs], val_runs,
+                                    f"fitted-live-{tag}")
         save_profile(profile, work / "fitted.toml", header="event model fitted to the fitting prompts' live cycles")
-        results = []
-        for live in val_runs:
-            sel_prof = live.meta.get("selection_profile") or {}
-            prof = profile.replace(**{f: tuple(sel_prof[f]) for f in ("cost_b_cache", "cost_b_no_cache")
-                                      if sel_prof.get(f)},
-                                   **{f: float(sel_prof[f]) for f in ("cost_beta_cache", "cost_beta_no_cache")
-                                      if f in sel_prof})
-            results.append(compare(trace, live, prof, selector_ms=selector_time(fit_runs, live.meta["selector"])))
+        _, one_pass = validate([read_live(live_file("fit", sel, slots, "pass1")) for sel, slots in configs],
+                               [read_live(live_file("val", sel, slots, "pass1")) for sel, slots in configs],
+                               f"fitted-live-{tag}-pass1")
+        assert_exact(results + one_pass)
         elapsed = time.perf_counter() - t0
-        text = _report(results, profile, load_profile(cost), trace, model_text, describe(device), started,
-                       load_before, _load(), elapsed, args, slot_grid, val_runs[0].meta)
+        text = _report(results, one_pass, val_runs, profile, load_profile(cost), trace, model_text,
+                       describe(device), started, load_before, _load(), elapsed, args, slot_grid)
         report = out_dir / f"fidelity-{tag}.md"
         write_text_atomic(report, text)
         print(f"wrote {report}: {sum(meets_goals(v) for v in results)}/{len(results)} configurations meet the goals")
@@ -168,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(results, profile, cost, trace, model_text, device, started, load_before, load_after, elapsed, args,
-            slot_grid, meta) -> str:
+def _report(results, one_pass, val_runs, profile, cost, trace, model_text, device, started, load_before,
+            load_after, elapsed, args, slot_grid) -> str:
     from simmoe.validation import GOAL_CYCLE_ERROR, GOAL_TPS_ERROR, format_table, meets_goals
 
     g = trace.geometry
+    meta = val_runs[0].meta
     met = sum(meets_goals(v) for v in results)
     tps = [abs(v.errors["decode_tps"]) for v in results]
     med = [v.errors["cycle_median"] for v in results]
@@ -199,6 +242,10 @@ def _report(results, profile, cost, trace, model_text, device, started, load_bef
         "slots; LRU, cleared before every forward at 0)",
         f"- fitting: {len(FIT_PROMPTS)} other prompts, run live in the same configurations, interleaved with "
         "the validation runs; every live request was checked against greedy decoding",
+        f"- passes: {args.repeats} rounds, each running every configuration once on the fitting and then the "
+        "validation prompts (`hwprobe live`, one pass each); a configuration's passes made the same cycles "
+        "(checked), and each time below is its minimum over the passes (`simmoe.validation.read_live_passes`; "
+        "why: the last section)",
         "",
         "## What is fitted, what is predicted",
         "",
@@ -249,10 +296,59 @@ def _report(results, profile, cost, trace, model_text, device, started, load_bef
         p = v.errors["parts_ms"]
         lines.append(f"| {v.selector} | {v.slots} | " + " | ".join(
             f"{p[k][0]:.0f} / {p[k][1]:.0f}" for k in ("draft", "select", "verify", "commit")) + " |")
-    lines += ["", "Greedy replay is exact: a mismatch in accepted tokens would have stopped the command "
-              "(`CheckFailed`) — none occurred." if all(v.accepted_match for v in results) else
-              "Accepted tokens differed in some cycles (see the table): the replay is not exact here.", ""]
+    lines += ["", "Greedy replay is exact: a mismatch in accepted tokens stops the command (`CheckFailed`) "
+              "before it writes this report.", ""]
+    one_met = sum(meets_goals(v) for v in one_pass)
+    lines += [
+        "## One pass against the minimum of the passes",
+        "",
+        "Whole seconds on this shared machine run 1.5–2× slower than the rest, on the thread CPU clock too (the "
+        "same fixed matrix product reads 3.3 ms in some seconds and 6.4 ms in others, the other core idle): "
+        "the host's other tenants, which no clock inside this machine sees. A single pass catches such spells "
+        "in some cycles and not in others; taking each time's minimum over passes spread across the command "
+        "keeps the undisturbed one (`timeit`'s convention). The cost is that the figures above describe the "
+        "undisturbed machine; a pass's own figures are below.",
+        "",
+        f"First pass alone (fitted to the first pass of the fitting prompts, compared with the first pass of "
+        f"the validation prompts): goals met by {one_met} of {len(one_pass)}.",
+        "",
+        "| selector | slots | decode TPS of each pass (min–max) | minimum of the passes | pass 1: TPS error | "
+        "pass 1: per-cycle error median | a pass over the minimum, median per cycle |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v, w, run in zip(results, one_pass, val_runs):
+        per_pass = _pass_tps(run)
+        lines.append(
+            f"| {v.selector} | {v.slots} | {min(per_pass):.1f}–{max(per_pass):.1f} | "
+            f"{v.live['decode_tps']:.1f} | {100 * w.errors['decode_tps']:+.1f}% | "
+            f"{100 * w.errors['cycle_median']:.1f}% | +{100 * _pass_excess(run):.1f}% |")
+    lines += ["", "The last column: the median over cycles and passes of (the pass's cycle time − the "
+              "minimum) / the minimum, i.e. how much longer a cycle reads in a typical pass.", ""]
     return "\n".join(lines)
+
+
+def _samples(run):
+    """[cycles, passes] cycle times of a merged run (one column for a single pass)."""
+    import numpy as np
+
+    s = run.cycles["samples_ms"]
+    if not s or not all(len(x) for x in s):
+        return np.asarray(run.cycles["cycle_ms"], np.float64)[:, None]
+    return np.asarray(s, np.float64)
+
+
+def _pass_tps(run) -> list[float]:
+    """Decode TPS (Eq. 10) of each pass of a merged run, from its per-pass cycle times."""
+    n = sum(int(r["output_len"]) - 1 for r in run.requests)
+    return [1e3 * n / float(col.sum()) for col in _samples(run).T]
+
+
+def _pass_excess(run) -> float:
+    """Median over cycles and passes of (pass time − minimum) / minimum."""
+    import numpy as np
+
+    low = np.asarray(run.cycles["cycle_ms"], np.float64)[:, None]
+    return float(np.median((_samples(run) - low) / low))
 
 
 def _median(xs):

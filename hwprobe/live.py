@@ -394,23 +394,31 @@ class LiveWriter:
         self.out = Path(out)
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.meta = dict(meta)
-        self.requests: list[LiveRequest] = []
+        self.requests: list[list[dict]] = []       # per request: its request line, then its cycle lines
+
+    @property
+    def records(self) -> list[dict]:
+        return [line for req in self.requests for line in req]
 
     def _text(self, complete: bool, extra: dict | None = None) -> str:
         import json
 
         head = {"type": "run", "format": LIVE_FORMAT, **self.meta, **(extra or {}), "complete": complete,
                 "requests_done": len(self.requests)}
-        lines = [json.dumps(head)]
-        for r in self.requests:
-            lines += [json.dumps(x) for x in r.to_json_lines()]
-        return "\n".join(lines) + "\n"
+        return "\n".join([json.dumps(head)] + [json.dumps(x) for x in self.records]) + "\n"
 
     def add(self, request: LiveRequest) -> None:
         from hwprobe.atomic import write_text_atomic
 
-        self.requests.append(request)
+        self.requests.append(request.to_json_lines())
         write_text_atomic(self.partial, self._text(False))
+
+    def update(self, requests: list[list[dict]], extra: dict | None = None) -> None:
+        """Replace the finished requests (the merge of the passes so far) in ``OUT.partial``."""
+        from hwprobe.atomic import write_text_atomic
+
+        self.requests = [list(r) for r in requests]
+        write_text_atomic(self.partial, self._text(False, extra))
 
     def finish(self, extra: dict | None = None) -> None:
         from hwprobe.atomic import write_text_atomic

@@ -109,6 +109,8 @@ class LiveRun:
             "hits_layer": per_layer("hits"), "copies_layer": per_layer("copies"),
             "selected": [list(c["selected"]) for c in cyc],
             "level_ms": [list(c.get("level_ms", [])) for c in cyc],
+            # every pass's cycle time when the run repeated its passes (hwprobe live --repeats)
+            "samples_ms": [list(c.get("samples_ms", [])) for c in cyc],
         }
         cycles["hits"] = cycles["hits_layer"].sum(axis=1) if cyc else np.zeros(0, np.int64)
         cycles["copies"] = cycles["copies_layer"].sum(axis=1) if cyc else np.zeros(0, np.int64)
@@ -134,15 +136,10 @@ class LiveRun:
         }
 
 
-def read_live(path, *, allow_partial: bool = False) -> LiveRun:
-    """Read a live-run file; :class:`SimmoeError` names what is wrong (missing, torn, incomplete)."""
-    path = Path(path)
-    if not path.is_file():
-        partial = path.with_name(path.name + ".partial")
-        hint = f" ({partial} holds the finished requests of an interrupted run)" if partial.is_file() else ""
-        raise SimmoeError(f"no such live-run file: {path}{hint}")
+def _records(path) -> list:
+    """The JSON lines of a live-run file (:class:`SimmoeError` names a line that is not JSON)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
         raise SimmoeError(f"{path}: not a live-run file (not UTF-8 text)") from None
     records = []
@@ -153,6 +150,17 @@ def read_live(path, *, allow_partial: bool = False) -> LiveRun:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise SimmoeError(f"{path}: line {no} is not JSON ({exc.msg}); not a live-run file") from None
+    return records
+
+
+def read_live(path, *, allow_partial: bool = False) -> LiveRun:
+    """Read a live-run file; :class:`SimmoeError` names what is wrong (missing, torn, incomplete)."""
+    path = Path(path)
+    if not path.is_file():
+        partial = path.with_name(path.name + ".partial")
+        hint = f" ({partial} holds the finished requests of an interrupted run)" if partial.is_file() else ""
+        raise SimmoeError(f"no such live-run file: {path}{hint}")
+    records = _records(path)
     if not records or not isinstance(records[0], dict) or records[0].get("type") != "run":
         raise SimmoeError(f"{path}: not a live-run file (the first line must be the run line)")
     meta = records[0]
@@ -166,6 +174,115 @@ def read_live(path, *, allow_partial: bool = False) -> LiveRun:
         if key not in meta:
             raise SimmoeError(f"{path}: run line lacks {key!r}")
     return LiveRun.from_records(meta, [r for r in records[1:] if isinstance(r, dict)], path=str(path))
+
+
+# --------------------------------------------------------------------------
+# repeated passes: one run, each time its least disturbed measurement
+# --------------------------------------------------------------------------
+#: what every pass of one run must repeat exactly (everything but the times)
+_SAME_REQUEST = ("index", "request_id", "prompt_len", "output_len", "tokens", "prefill_hits", "prefill_copies")
+_SAME_CYCLE = ("request", "position", "row", "pool_size", "pool_levels", "drafted_levels", "selected",
+               "accepted", "committed", "tokens", "hits", "copies")
+#: run settings that passes to be merged must share
+_SAME_SETTINGS = ("model", "weights", "drafter", "drafter_agreement", "prompts_sha256", "category", "limit",
+                  "offset", "selector", "slots", "K", "route_accuracy", "route_seed", "options", "max_new_tokens",
+                  "max_total_tokens", "pool", "geometry", "device", "dtype", "clock", "threads",
+                  "selection_profile")
+
+
+def merge_passes(passes: list[list[list[dict]]]) -> list[list[dict]]:
+    """Merge repeated passes of one live run: each time becomes its minimum over the passes.
+
+    ``passes[p][r]`` is request ``r`` of pass ``p``: its request line, then
+    its cycle lines (the live-run file's records).  Greedy decoding, the
+    pools, the selections and the cache's hits and copies are deterministic,
+    so every pass must make the same cycles (else :class:`CheckFailed`); only
+    the times differ, by what the rest of the machine did meanwhile.  Each
+    part of each cycle (every drafting level, selection, verification,
+    commit) and each prefill keeps its minimum, the least disturbed
+    measurement (``timeit``'s convention); drafting is the sum of its drafted
+    levels' minima; ``samples_ms`` keeps every pass's cycle time.
+    O(passes · cycles).
+    """
+    if not passes:
+        return []
+    if any(len(p) != len(passes[0]) for p in passes):
+        raise CheckFailed("the passes to merge differ in their number of requests")
+    merged = []
+    for r, first in enumerate(passes[0]):
+        reqs = [p[r] for p in passes]
+        for i, other in enumerate(reqs[1:], 2):
+            same = (len(other) == len(first)
+                    and all(other[0].get(k) == first[0].get(k) for k in _SAME_REQUEST)
+                    and all(a.get(k) == b.get(k) for a, b in zip(first[1:], other[1:]) for k in _SAME_CYCLE)
+                    and all(len(a.get("level_ms", ())) == len(b.get("level_ms", ()))
+                            for a, b in zip(first[1:], other[1:])))
+            if not same:
+                raise CheckFailed(f"request {first[0].get('request_id')}: pass {i} made other cycles than pass 1 "
+                                  "(tokens, selections or cache hits differ between passes of one run)")
+        cycles = []
+        for j, c in enumerate(first[1:], 1):
+            cs = [q[j] for q in reqs]
+            out = dict(c)
+            level = [min(x) for x in zip(*(q.get("level_ms", []) for q in cs))]
+            out["level_ms"] = level
+            out["draft_ms"] = (float(sum(level[:int(c["drafted_levels"])])) if level
+                               else min(float(q["draft_ms"]) for q in cs))
+            for k in ("select_ms", "verify_ms", "commit_ms"):
+                out[k] = min(float(q[k]) for q in cs)
+            out["cycle_ms"] = out["draft_ms"] + out["select_ms"] + out["verify_ms"] + out["commit_ms"]
+            out["samples_ms"] = [x for q in cs for x in (q.get("samples_ms") or [_cycle_ms(q)])]
+            cycles.append(out)
+        head = dict(first[0])
+        head["prefill_ms"] = min(float(q[0]["prefill_ms"]) for q in reqs)
+        head["decode_ms"] = float(sum(c["cycle_ms"] for c in cycles))
+        merged.append([head, *cycles])
+    return merged
+
+
+def _cycle_ms(c: dict) -> float:
+    return float(c["draft_ms"]) + float(c["select_ms"]) + float(c["verify_ms"]) + float(c["commit_ms"])
+
+
+def _split_requests(records: list[dict]) -> list[list[dict]]:
+    out: list[list[dict]] = []
+    for rec in records:
+        if rec.get("type") == "request":
+            out.append([rec])
+        elif rec.get("type") == "cycle" and out:
+            out[-1].append(rec)
+    return out
+
+
+def read_live_passes(paths) -> LiveRun:
+    """Several complete live-run files of one run (same settings, prompts and cycles) merged by :func:`merge_passes`.
+
+    One path reads as :func:`read_live`.  Runs made at different times see
+    different disturbances, so passes spread over a long session (e.g.
+    interleaved with other runs) merge into a steadier measurement than
+    back-to-back passes.  :class:`SimmoeError` when the runs are not passes
+    of one run.
+    """
+    paths = list(paths)
+    if not paths:
+        raise SimmoeError("no live-run files given")
+    runs = [read_live(p) for p in paths]
+    if len(runs) == 1:
+        return runs[0]
+    meta = dict(runs[0].meta)
+    for run in runs[1:]:
+        diff = [k for k in _SAME_SETTINGS if run.meta.get(k) != meta.get(k)]
+        if diff:
+            raise SimmoeError(f"{run.path} and {runs[0].path} are not passes of one run: they differ in "
+                              f"{', '.join(diff)}")
+    try:
+        lines = merge_passes([_split_requests(_records(run.path)) for run in runs])
+    except CheckFailed as exc:
+        raise SimmoeError(f"{', '.join(map(str, paths))}: {exc}") from None
+    meta["repeats"] = sum(int(r.meta.get("repeats", 1) or 1) for r in runs)
+    meta["combine"] = "minimum over passes"
+    meta["merged_from"] = [str(p) for p in paths]
+    return LiveRun.from_records(meta, [x for req in lines for x in req], path=" + ".join(map(str, paths)))
 
 
 # --------------------------------------------------------------------------

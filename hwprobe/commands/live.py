@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import gc
 import shlex
 from pathlib import Path
 
@@ -30,6 +32,10 @@ def register(sub) -> None:
     p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
                    help="what times the cycles: auto = the thread's CPU time on the CPU (other jobs on a shared "
                    "machine do not count), the wall clock on CUDA")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="decode all prompts this many times (the cache emptied before each pass) and keep, for "
+                   "every part of every cycle, its least disturbed (minimum) time; each pass must make the same "
+                   "cycles (default 1)")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (default 1: steadier timings on a shared machine)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -47,6 +53,8 @@ def run(args) -> int:
         raise HwprobeError("--K must be >= 1")
     if args.threads < 1:
         raise HwprobeError("--threads must be >= 1")
+    if args.repeats < 1:
+        raise HwprobeError("--repeats must be >= 1")
     prompts = read_prompts(args.prompts, args.category, limit=args.limit, offset=args.offset)
     import torch
 
@@ -88,13 +96,15 @@ def live(args, prompts, out: Path) -> str:
 
     from hwprobe.cli import HwprobeError
     from hwprobe.device import describe
-    from hwprobe.live import LiveSettings, LiveWriter, live_request, make_live_selector, pick_clock, warm_up
+    from hwprobe.live import (LiveSettings, LiveWriter, LosslessCheckFailed, live_request, make_live_selector,
+                              pick_clock, warm_up)
     from hwprobe.measured_profile import profile_dict
     from hwprobe.models import moe_blocks
     from hwprobe.session import TokenProgress, build, oom_is_user_error
     from simmoe.errors import SimmoeError
     from simmoe.routepredict import RoutePredictor
     from simmoe.trace import ModelGeometry
+    from simmoe.validation import LiveRun, merge_passes
 
     profile = _selection_profile(args)
     options = {}
@@ -134,48 +144,76 @@ def live(args, prompts, out: Path) -> str:
         "pool": s.spec.__dict__, "geometry": geometry.to_dict(), "device": dev,
         "dtype": str(model.dtype).replace("torch.", ""), "attn": args.attn,
         "timer": s.backend.timer.kind, "clock": pick_clock(args.clock, s.device)[0],
-        "threads": __import__("torch").get_num_threads(),
+        "threads": __import__("torch").get_num_threads(), "repeats": args.repeats,
+        "combine": "minimum over passes" if args.repeats > 1 else "single pass",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "hwprobe " + shlex.join(getattr(args, "argv", [])),
         "selection_profile": profile_dict(profile) if profile is not None else None,
     }
     writer = LiveWriter(out, meta)
-    row0 = 0
     if prompts and selector.drafts:
         warm_up(model, s.drafter, tok.encode_prompt(prompts[0].text), s.spec)
     elif prompts:
         warm_up(model, s.drafter, tok.encode_prompt(prompts[0].text), s.spec, rounds=0)
-    with TokenProgress(len(prompts) * args.max_new_tokens, f"live {args.selector} {out.name}", args.quiet) as bar, \
-            oom_is_user_error():
-        for i, pr in enumerate(prompts):
-            req = live_request(model, s.backend, s.drafter, selector, tok.encode_prompt(pr.text), index=i,
-                               request_id=pr.question_id, dataset=pr.dataset, row0=row0, settings=settings,
-                               spec=s.spec, num_experts=N, route_dtype=geometry.route_dtype, predictor=predictor,
-                               eos=eos, progress=bar.advance, clock=args.clock)
-            row0 += req.output_len
-            writer.add(req)
-    measured = _measured_profile(writer.requests, meta, geometry, s)
+    passes = []
+    with TokenProgress(len(prompts) * args.max_new_tokens * args.repeats, f"live {args.selector} {out.name}",
+                       args.quiet) as bar, oom_is_user_error():
+        for p in range(args.repeats):
+            s.backend.clear()           # every pass starts from the empty cache of the first
+            row0, done = 0, []
+            for i, pr in enumerate(prompts):
+                with _no_gc_pauses():
+                    req = live_request(model, s.backend, s.drafter, selector, tok.encode_prompt(pr.text),
+                                       index=i, request_id=pr.question_id, dataset=pr.dataset, row0=row0,
+                                       settings=settings, spec=s.spec, num_experts=N,
+                                       route_dtype=geometry.route_dtype, predictor=predictor, eos=eos,
+                                       progress=bar.advance, clock=args.clock,
+                                       check=p == 0)   # later passes must repeat the first's cycles exactly
+                row0 += req.output_len
+                done.append(req)
+                if p == 0:
+                    writer.add(req)
+            passes.append([r.to_json_lines() for r in done])
+            if p > 0:
+                try:
+                    writer.update(merge_passes(passes), {"passes_done": p + 1})
+                except SimmoeError as exc:       # CheckFailed: identical passes made other cycles
+                    raise LosslessCheckFailed(f"{exc}; please report") from None
+    run = LiveRun.from_records(meta, writer.records, path=str(out))
+    measured = _measured_profile(run, s)
     writer.finish({"measured_profile": measured})
-    reqs = writer.requests
-    n_tok = sum(r.output_len for r in reqs)
-    cyc = [c for r in reqs for c in r.cycles]
-    dec_ms = sum(c.cycle_ms for c in cyc)
-    tps = sum(r.output_len - 1 for r in reqs) / (dec_ms / 1e3) if dec_ms > 0 else float("nan")
-    copies = sum(sum(r.prefill_copies) for r in reqs) + sum(sum(c.copies) for c in cyc)
-    return (f"wrote {out}: {len(reqs)} requests, {n_tok} tokens, {len(cyc)} cycles, "
-            f"{n_tok / max(len(cyc), 1):.2f} tokens/cycle, decode {tps:.1f} tok/s, "
-            f"{copies / max(n_tok, 1):.2f} copies/token, median cycle "
-            f"{float(np.median([c.cycle_ms for c in cyc])) if cyc else 0:.2f} ms; greedy check passed; "
+    sm = run.summary()
+    return (f"wrote {out}: {len(run.requests)} requests, {sm['output_tokens']} tokens, {sm['cycles']} cycles, "
+            f"{sm['output_tokens'] / max(sm['cycles'], 1):.2f} tokens/cycle, decode {sm['decode_tps']:.1f} tok/s, "
+            f"{sm['h2d_per_token']:.2f} copies/token, median cycle "
+            f"{float(np.median(run.cycles['cycle_ms'])) if sm['cycles'] else 0:.2f} ms"
+            f"{f' (minimum of {args.repeats} passes)' if args.repeats > 1 else ''}; greedy check passed; "
             f"weights: {s.loaded.weights}")
 
 
-def _measured_profile(requests, meta, geometry, s) -> dict:
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """Python's cyclic garbage collector off during a request (collected before it), as ``timeit`` does.
+
+    Its collections start at allocation counts, i.e. at the same cycles in
+    every pass of a run, where they would add a pause that no pass avoids.
+    """
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _measured_profile(run, s) -> dict:
     """The event-model parameters fitted to this run's own cycles (in-sample; see simmoe.validation)."""
     from hwprobe.measured_profile import profile_dict
     from simmoe.errors import SimmoeError
-    from simmoe.validation import LiveRun, fit_timing
+    from simmoe.validation import fit_timing
 
-    run = LiveRun.from_records(meta, [line for r in requests for line in r.to_json_lines()], path="(this run)")
     try:
         prof = fit_timing([run], name=f"hwprobe-live-{s.device.type}")
     except SimmoeError:          # too few cycles to fit: leave it out

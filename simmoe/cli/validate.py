@@ -15,10 +15,12 @@ def register(sub) -> None:
         "time error (median, p90), decode TPS error, copies-per-token error.")
     p.add_argument("--trace", required=True, help="trace recorded by hwprobe record")
     p.add_argument("--live", required=True, action="append", metavar="LIVE",
-                   help="live-run file (hwprobe live); repeat for several runs of the same trace")
+                   help="live-run file (hwprobe live); repeat for several runs of the same trace.  Passes of one "
+                   "run made separately join with commas (A,B,C): each time becomes its minimum over them")
     p.add_argument("--fit", action="append", metavar="LIVE", default=None,
                    help="live runs (same machine, any prompts) whose cycles fit the event model's timing; "
-                   "repeatable; their mean selector time per selector replaces the replay's own.  Default: "
+                   "repeatable, passes joined with commas as for --live; their mean selector time per selector replaces "
+                   "the replay's own.  Default: "
                    "the --live runs themselves (in-sample, said so; the replay measures selector time)")
     p.add_argument("--hardware", help="use this profile's timing instead of fitting one (name or .toml)")
     p.add_argument("--save-profile", metavar="TOML", help="write the fitted profile here")
@@ -38,7 +40,7 @@ def run(args) -> int:
     from simmoe.hardware import load_profile
     from simmoe.trace.io import read_trace
     from simmoe.validation import (assert_exact, compare, fit_timing, format_table, profile_from_dict,
-                                   read_live, selector_time)
+                                   read_live_passes, selector_time)
 
     for out in (args.json, args.cycles, args.save_profile):
         if out and out != "-" and not Path(out).parent.is_dir():
@@ -46,8 +48,8 @@ def run(args) -> int:
     if not Path(args.trace).is_file():
         raise SimmoeError(f"no such trace file: {args.trace}")
     trace = read_trace(args.trace)
-    lives = [read_live(p) for p in args.live]
-    fits = [read_live(p) for p in args.fit] if args.fit else lives
+    lives = [read_live_passes(p.split(",")) for p in args.live]
+    fits = [read_live_passes(p.split(",")) for p in args.fit] if args.fit else lives
     in_sample = not args.fit
     if args.hardware:
         timing = load_profile(args.hardware)

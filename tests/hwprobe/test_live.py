@@ -135,7 +135,7 @@ MODEL = ["--config", "tiny-random", "--drafter", "target", "--agreement", "0.7",
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    """One recording and live runs of the same prompts: eagle3 with 3 slots, specfit with 0, and specfit
+    """One recording and live runs of the same prompts: eagle3 with 3 slots (once, and in 3 passes), specfit with 0, and specfit
     with 2 slots seeing routes through the simulated predictor of accuracy 0.5."""
     d = tmp_path_factory.mktemp("loop")
     prompts = _prompts(d / "p.jsonl")
@@ -143,7 +143,8 @@ def loop(tmp_path_factory):
     assert main(["record", *MODEL, "--slots", "5", "--prompts", str(prompts), "--out", str(d / "t.parquet"),
                  "--quiet"]) == 0
     runs = {}
-    for name, sel, slots, extra in (("eagle3", "eagle3", 3, []), ("specfit", "specfit", 0, []),
+    for name, sel, slots, extra in (("eagle3", "eagle3", 3, []), ("repeated", "eagle3", 3, ["--repeats", "3"]),
+                                    ("specfit", "specfit", 0, []),
                                     ("predicted", "specfit", 2, ["--route-accuracy", "0.5", "--route-seed", "3"])):
         out = d / f"{name}.jsonl"
         assert main(["live", *MODEL, "--selector", sel, "--slots", str(slots), "--hardware", str(cost),
@@ -183,6 +184,21 @@ def test_replay_matches_live_selections_exactly(loop):
         assert np.array_equal(v.cycles["draft_nodes_live"], v.cycles["draft_nodes_replay"])
 
 
+def test_repeated_passes_make_the_same_cycles_and_keep_each_minimum(loop):
+    from simmoe.validation import read_live
+
+    _, _, runs = loop
+    once, rep = read_live(runs["eagle3"]), read_live(runs["repeated"])
+    assert rep.meta["repeats"] == 3 and once.meta["repeats"] == 1
+    # every pass starts from an empty cache: the same copies and hits as the single pass, cycle for cycle
+    for k in ("position", "committed", "draft_nodes", "copies", "hits"):
+        assert np.array_equal(once.cycles[k], rep.cycles[k]), k
+    samples = np.asarray(rep.cycles["samples_ms"])
+    assert samples.shape == (rep.num_cycles, 3)
+    assert np.all(rep.cycles["cycle_ms"] <= samples.min(axis=1) + 1e-9)
+    assert all(len(x) == 0 for x in once.cycles["samples_ms"])
+
+
 def test_validate_command_on_the_loop(loop, capsys):
     from simmoe.cli import main as simmoe_main
 
@@ -205,7 +221,9 @@ def test_mismatched_recording_is_refused(loop, tmp_path, capsys):
     assert "output length" in err and err.count("\n") == 1
 
 
-def test_killed_run_leaves_a_readable_partial_file(loop, tmp_path, monkeypatch):
+@pytest.mark.parametrize("repeats,dies_at,kept", [(1, 2, 1), (3, 4, 2)])
+def test_killed_run_leaves_a_readable_partial_file(loop, tmp_path, monkeypatch, repeats, dies_at, kept):
+    """Killed in request 2 of pass 1 (one request kept), or in request 2 of pass 2 (pass 1's two kept)."""
     import hwprobe.live as live
     from simmoe.errors import SimmoeError
     from simmoe.validation import read_live
@@ -213,20 +231,20 @@ def test_killed_run_leaves_a_readable_partial_file(loop, tmp_path, monkeypatch):
     _, prompts, _ = loop
     real, calls = live.live_request, []
 
-    def dies_on_second(*a, **kw):
+    def dies(*a, **kw):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == dies_at:
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(live, "live_request", dies_on_second)
+    monkeypatch.setattr(live, "live_request", dies)
     out = tmp_path / "l.jsonl"
     assert main(["live", *MODEL, "--selector", "eagle3", "--slots", "2", "--prompts", str(prompts),
-                 "--out", str(out), "--quiet"]) == 130
+                 "--repeats", str(repeats), "--out", str(out), "--quiet"]) == 130
     assert not out.exists()
     partial = tmp_path / "l.jsonl.partial"
     run = read_live(partial, allow_partial=True)
-    assert not run.complete and len(run.requests) == 1 and run.num_cycles >= 1
+    assert not run.complete and len(run.requests) == kept and run.num_cycles >= 1
     with pytest.raises(SimmoeError, match="incomplete"):
         read_live(partial)
 
@@ -237,6 +255,7 @@ def test_killed_run_leaves_a_readable_partial_file(loop, tmp_path, monkeypatch):
     (["--selector", "optimal"], "cannot run live"),
     (["--selector", "eagle3", "--hardware", "/nonexistent/p.toml"], "no such profile"),
     (["--selector", "eagle3", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["--selector", "eagle3", "--repeats", "0"], "--repeats must be >= 1"),
     (["--selector", "eagle3", "--route-accuracy", "1.5"], "route accuracy"),
 ])
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, capsys, argv, message):

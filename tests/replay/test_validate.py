@@ -277,3 +277,97 @@ def test_noise_floor_is_zero_for_a_deterministic_run_and_grows_with_noise():
     tr = hwprobe_trace(11, num_requests=3, output_len=(20, 30))
     assert noise_floor(make_live(tr, "ar", 2)) == pytest.approx(0, abs=1e-12)
     assert 0.03 < noise_floor(make_live(tr, "ar", 2, noise=0.2, seed=3)) < 0.3
+
+
+# -- repeated passes -----------------------------------------------------------
+def _passes(trace, n, seed, selector="eagle3", slots=3):
+    """``n`` passes of one run: the same cycles, every time scaled by its own random factor ≥ 1."""
+    from simmoe.validation import _split_requests
+
+    rng = np.random.default_rng(seed)
+    base = live_records(trace, selector, slots, profile())
+    out = []
+    for _ in range(n):
+        recs = copy.deepcopy(base)
+        for r in recs:
+            if r["type"] == "cycle":
+                r["level_ms"] = [x * (1 + rng.exponential(0.3)) for x in r["level_ms"]]
+                r["draft_ms"] = sum(r["level_ms"][:r["drafted_levels"]])
+                for k in ("select_ms", "verify_ms", "commit_ms"):
+                    r[k] *= 1 + rng.exponential(0.3)
+            else:
+                r["prefill_ms"] *= 1 + rng.exponential(0.3)
+        out.append(_split_requests(recs))
+    return out
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 4))
+def test_merged_passes_keep_each_part_at_its_minimum(seed, n):
+    from simmoe.validation import merge_passes
+
+    tr = hwprobe_trace(seed % 7, num_requests=2, output_len=(4, 9))
+    passes = _passes(tr, n, seed)
+    merged = merge_passes(passes)
+    assert len(merged) == len(passes[0])
+    for r, req in enumerate(merged):
+        assert req[0]["prefill_ms"] == min(p[r][0]["prefill_ms"] for p in passes)
+        for j, c in enumerate(req[1:], 1):
+            cs = [p[r][j] for p in passes]
+            for k in ("select_ms", "verify_ms", "commit_ms"):
+                assert c[k] == min(x[k] for x in cs)
+            lv = [min(x["level_ms"][i] for x in cs) for i in range(len(c["level_ms"]))]
+            assert c["level_ms"] == lv and c["draft_ms"] == pytest.approx(sum(lv[:c["drafted_levels"]]))
+            samples = [x["draft_ms"] + x["select_ms"] + x["verify_ms"] + x["commit_ms"] for x in cs]
+            assert c["samples_ms"] == pytest.approx(samples)
+            # the sum of the parts' minima is at most the least of the passes' cycle times
+            assert c["cycle_ms"] <= min(samples) + 1e-9
+            assert {k: c[k] for k in ("position", "selected", "hits", "copies")} == \
+                {k: cs[0][k] for k in ("position", "selected", "hits", "copies")}
+    # merging is associative in its result: merged passes merged again with nothing changes nothing
+    assert merge_passes([merged]) [0][1]["verify_ms"] == merged[0][1]["verify_ms"]
+
+
+@pytest.mark.parametrize("field,value", [("copies", [99]), ("selected", [0, 1, 2, 3, 4, 5, 6, 7]),
+                                         ("committed", 0)])
+def test_passes_that_made_other_cycles_are_refused(field, value):
+    from simmoe.validation import merge_passes
+
+    tr = hwprobe_trace(3, num_requests=2, output_len=(6, 9))
+    passes = _passes(tr, 3, 0)
+    passes[2][1][2][field] = value
+    with pytest.raises(CheckFailed, match="pass 3 made other cycles"):
+        merge_passes(passes)
+    passes = _passes(tr, 2, 0)
+    del passes[1][0][-1]
+    with pytest.raises(CheckFailed, match="pass 2"):
+        merge_passes(passes)
+
+
+def test_pass_files_merge_and_other_runs_are_refused(tmp_path, capsys):
+    from simmoe.cli import main
+    from simmoe.trace.io import write_trace
+    from simmoe.validation import read_live_passes
+
+    tr = hwprobe_trace(4, num_requests=2, output_len=(6, 10))
+    files = []
+    for i, p in enumerate(_passes(tr, 3, 1)):
+        f = tmp_path / f"pass{i}.jsonl"
+        f.write_text("\n".join(json.dumps(x) for x in [live_meta(tr, "eagle3", 3)] + [y for q in p for y in q]) + "\n")
+        files.append(f)
+    run = read_live_passes(files)
+    assert run.meta["repeats"] == 3 and all(len(s) == 3 for s in run.cycles["samples_ms"])
+    single = [read_live(f) for f in files]
+    assert np.all(run.cycles["verify_ms"] == np.min([s.cycles["verify_ms"] for s in single], axis=0))
+    assert run.summary()["decode_tps"] >= max(s.summary()["decode_tps"] for s in single)
+    other = write_live(tmp_path / "other.jsonl", tr, "eagle3", 5)
+    with pytest.raises(SimmoeError, match="not passes of one run: they differ in slots"):
+        read_live_passes([files[0], other])
+    trace_path = tmp_path / "t.parquet"
+    write_trace(tr, trace_path)
+    capsys.readouterr()
+    assert main(["validate", "--trace", str(trace_path), "--live", ",".join(map(str, files)), "--json", "-"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["runs"][0]["accepted_mismatches"] == 0
+    assert main(["validate", "--trace", str(trace_path), "--live", f"{files[0]},{other}"]) == 2
+    assert "not passes of one run" in capsys.readouterr().err
