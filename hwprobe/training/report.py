@@ -142,7 +142,8 @@ def render(m: dict) -> str:
         f"batch {plan['batch_size']} × {plan['seq_len']} tokens; target {man['target']['steps_done']} steps "
         f"in {man['target']['seconds'] / 60:.1f} min, drafter {man['drafter']['steps_done']} steps in "
         f"{man['drafter']['seconds'] / 60:.1f} min (distilled from the target, weight {plan['distill_weight']})"
-        + (" — cut short by the time budget, so not bit-reproducible"
+        + (" — cut short by the time budget; `train_tiny --schedule-from` with this run's log repeats it "
+           "step for step (bit-identical weights, docs/tiny-model.md)"
            if man["target"]["truncated"] or man["drafter"]["truncated"] else "")
         + f"; CPU threads: {man['threads']}, torch {man['versions']['torch']}, "
         f"transformers {man['versions']['transformers']}.",

@@ -16,7 +16,8 @@ The drafter minimises (1-w)·cross-entropy + w·KL(p_target ‖ p_drafter) on th
 same windows, the target frozen: distillation raises greedy agreement.
 AdamW; warm-up, constant, then linear-decay learning rate.  Deterministic for a seed and a plan
 (CPU, fixed thread count); ``--minutes`` can only shorten training (the
-manifest records when it did).
+manifest records when it did), and ``--schedule-from LOG`` repeats such a
+shortened run step for step from its log's learning rates.
 """
 
 from __future__ import annotations
@@ -106,9 +107,11 @@ def init_drafter(plan: TrainPlan, eos_id: int, seed: int):
 
 def train_lm(model, data: TokenData, plan: TrainPlan, *, steps: int, seed: int,
              deadline: float, teacher=None, name: str = "target",
-             progress=None) -> tuple[list[dict], bool]:
+             progress=None, lrs: list[float] | None = None) -> tuple[list[dict], bool]:
     """Train ``model`` for ``steps`` AdamW steps (or until ``deadline``, a ``time.monotonic()`` value).
 
+    With ``lrs``, exactly ``len(lrs)`` steps with these learning rates (a
+    logged run's schedule, replayed: no deadline).
     With ``teacher`` the loss is the distillation mix of the module docstring.
     Returns (log rows, whether the deadline cut training short).  One step
     costs one forward and backward of ``batch_size × seq_len`` tokens (plus a
@@ -123,13 +126,18 @@ def train_lm(model, data: TokenData, plan: TrainPlan, *, steps: int, seed: int,
     rows: list[dict] = []
     t0 = time.monotonic()
     schedule = WarmupStableDecay(plan, steps, t0, deadline)
+    if lrs is not None:
+        steps = schedule.end = len(lrs)
     for step in range(steps):
-        if step >= schedule.end:
-            break
-        if time.monotonic() > deadline:  # a machine far slower than when the decay began
-            schedule.cut_short = True
-            break
-        lr = schedule.lr(step, time.monotonic())
+        if lrs is not None:
+            lr = float(lrs[step])
+        else:
+            if step >= schedule.end:
+                break
+            if time.monotonic() > deadline:  # a machine far slower than when the decay began
+                schedule.cut_short = True
+                break
+            lr = schedule.lr(step, time.monotonic())
         for g in opt.param_groups:
             g["lr"] = lr
         model.train()
@@ -212,8 +220,13 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 
 def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float = 45.0,
-          threads: int = THREADS, progress=None) -> dict:
-    """Train target then drafter per ``PLANS[plan_name]``; write the folder described above; return the manifest."""
+          threads: int = THREADS, progress=None, schedule_from: Path | None = None) -> dict:
+    """Train target then drafter per ``PLANS[plan_name]``; write the folder described above; return the manifest.
+
+    ``schedule_from``: a ``training_log.json`` whose per-step learning rates
+    (hence step counts) both models follow exactly, with no time cap: a run
+    that ``--minutes`` cut short, reproduced step for step.
+    """
     import torch
     import transformers
 
@@ -228,6 +241,10 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
         raise TrainingError(f"{out} exists and is not a tiny-model folder; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     plan = PLANS[plan_name]
+    lrs = {"target": None, "drafter": None}
+    if schedule_from is not None:
+        lrs = _logged_schedule(schedule_from)
+        minutes = float("inf")
     torch.set_num_threads(threads)
     transformers.utils.logging.disable_progress_bar()
     start = time.monotonic()
@@ -240,14 +257,15 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
         progress(f"corpus: {len(data.train)} training tokens, {len(data.heldout)} held-out tokens")
     target = init_target(plan, data.eos_id, seed)
     target_rows, target_cut = train_lm(target, data, plan, steps=plan.target_steps, seed=seed,
-                                       deadline=target_deadline, name="target", progress=progress)
+                                       deadline=target_deadline, name="target", progress=progress,
+                                       lrs=lrs["target"])
     target_s = time.monotonic() - start
     for p in target.parameters():
         p.requires_grad_(False)
     drafter = init_drafter(plan, data.eos_id, seed)
     drafter_rows, drafter_cut = train_lm(drafter, data, plan, steps=plan.drafter_steps, seed=seed,
                                          deadline=deadline, teacher=target, name="drafter",
-                                         progress=progress)
+                                         progress=progress, lrs=lrs["drafter"])
     drafter_s = time.monotonic() - start - target_s
 
     all_held = data.heldout_windows()
@@ -256,6 +274,8 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
         "plan_name": plan_name,
         "plan": plan.as_dict(),
         "seed": seed,
+        "schedule": (f"replayed from {schedule_from} (sha256 {_sha256(schedule_from)})" if schedule_from
+                     else "planned (warm-up, constant, decay; shortened only by --minutes)"),
         "corpus_packed_sha256": load_manifest()["packed_sha256"],
         "train_tokens": int(len(data.train)),
         "heldout_tokens": int(len(data.heldout)),
@@ -302,6 +322,26 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
     return manifest
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _logged_schedule(path: Path) -> dict[str, list[float]]:
+    """Per-step learning rates of the target and the drafter from a ``training_log.json``."""
+    try:
+        log = json.loads(Path(path).read_text(encoding="utf-8"))
+        out = {name: [float(r["lr"]) for r in log[name]] for name in ("target", "drafter")}
+    except FileNotFoundError:
+        raise TrainingError(f"no such training log: {path}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TrainingError(f"{path}: not a training log with per-step lr for target and drafter ({exc})") from None
+    if not out["target"] or not out["drafter"]:
+        raise TrainingError(f"{path}: the log has no steps")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hwprobe.training.train_tiny",
                                  description="Train the embedded tiny MoE target and its drafter (CPU).")
@@ -312,12 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", default="tiny", choices=sorted(PLANS))
     ap.add_argument("--threads", type=int, default=THREADS,
                     help="torch CPU threads; results are bit-reproducible only for the same count [2]")
+    ap.add_argument("--schedule-from", type=Path, metavar="LOG",
+                    help="follow this training_log.json's per-step learning rates exactly, no time cap: "
+                    "reproduces a run that --minutes cut short (same seed, plan and threads)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     say = None if args.quiet else (lambda msg: print(msg, flush=True))
     try:
         m = train(args.out, plan_name=args.plan, seed=args.seed, minutes=args.minutes,
-                  threads=args.threads, progress=say)
+                  threads=args.threads, progress=say, schedule_from=args.schedule_from)
     except (TrainingError, CorpusError) as exc:
         print(f"train_tiny: error: {exc}", file=sys.stderr)
         return 2

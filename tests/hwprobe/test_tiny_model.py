@@ -192,6 +192,31 @@ def test_cli_rejects_bad_input_without_touching_files(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_logged_schedule_is_replayed_step_for_step(smoke_runs, tmp_path, capsys):
+    """A run's own log reproduces its weights bit for bit; an edited log is followed exactly."""
+    from hwprobe.training.train_tiny import main, train
+
+    log = smoke_runs["a"] / "training_log.json"
+    train(tmp_path / "same", plan_name="smoke", seed=0, threads=1, schedule_from=log)
+    for kind in ("target", "drafter"):
+        a, r = _tensors(smoke_runs["a"] / kind), _tensors(tmp_path / "same" / kind)
+        assert all(np.array_equal(a[k], r[k]) for k in a), kind
+    edited = json.loads(log.read_text())
+    edited["target"] = [dict(row, lr=row["lr"] / 2) for row in edited["target"][:3]]
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    m = train(tmp_path / "edited", plan_name="smoke", seed=0, threads=1, schedule_from=tmp_path / "edited.json")
+    rows = json.loads((tmp_path / "edited" / "training_log.json").read_text())["target"]
+    assert [r["lr"] for r in rows] == [r["lr"] for r in edited["target"]]
+    assert m["target"]["steps_done"] == 3 and m["schedule"].startswith("replayed from")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"target": []}')
+    for path in (bad, tmp_path / "missing.json"):
+        assert main(["--out", str(tmp_path / "x"), "--plan", "smoke", "--schedule-from", str(path),
+                     "--quiet"]) == 2
+        assert "train_tiny: error:" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_schedule_warms_up_holds_and_decays():
     from hwprobe.training.plans import PLANS
     from hwprobe.training.train_tiny import WarmupStableDecay
