@@ -31,7 +31,8 @@ def add_model_args(p, *, drafter: bool = True) -> None:
                        "1 - --agreement (controllable acceptance)")
         p.add_argument("--agreement", type=float, default=0.8,
                        help="agreement rate of the target drafter (default 0.8)")
-        p.add_argument("--drafter-dir", metavar="DIR", help="draft LM or EAGLE-3 head directory ('tiny' for the tiny drafter)")
+        p.add_argument("--drafter-dir", metavar="DIR", help="draft LM or EAGLE-3 head directory ('tiny' for the tiny drafter, "
+                       "or with --drafter eagle3 the tiny target's EAGLE-3 head; also 'tiny-eagle3')")
         p.add_argument("--pool-topk", type=int, default=2, help="children per expanded node (default 2)")
         p.add_argument("--pool-expand", type=int, default=2, help="nodes expanded per level (default 2)")
         p.add_argument("--depth", type=int, default=5, help="pool depth (default 5)")
@@ -74,6 +75,8 @@ def build(args, *, drafter: bool = True) -> Session:
                 raise HwprobeError(f"--{name.replace('_', '-')} must be >= 1")
         spec = PoolSpec(args.pool_topk, args.pool_expand, args.depth, args.max_nodes)
         kind, ddir = args.drafter, args.drafter_dir
+        if kind == "eagle3" and ddir in ("tiny", "tiny-eagle3"):
+            ddir = tiny_dir("eagle3")
         if kind == "auto":
             if args.model == "tiny" and _tiny_drafter_present(tiny_dir):
                 kind, ddir = "draft-lm", "tiny"

@@ -1,11 +1,14 @@
-"""The embedded tiny model: a trained Qwen3-MoE target and a dense Qwen3 drafter.
+"""The embedded tiny model: a trained Qwen3-MoE target, a dense Qwen3 drafter and an EAGLE-3 head.
 
 Both are plain Hugging Face folders (``config.json``, ``model.safetensors``,
 ``tokenizer.json``), loadable with ``AutoModelForCausalLM.from_pretrained``
 and ``PreTrainedTokenizerFast.from_pretrained``; they share one tokenizer.
 They were trained on CPU by ``python -m hwprobe.training.train_tiny --out
 hwprobe/tiny/model`` on Python standard-library source (see
-``docs/tiny-model.md``).  ``hwprobe ... --model tiny`` resolves here.
+``docs/tiny-model.md``).  ``hwprobe ... --model tiny`` resolves here.  The
+EAGLE-3 head (``model/eagle3``, the SafeAILab checkpoint layout) was trained on
+the frozen target by ``python -m hwprobe.training.train_eagle3``;
+``--drafter eagle3 --drafter-dir tiny`` resolves to it.
 
 This module imports neither torch nor transformers.
 """
@@ -23,13 +26,13 @@ class TinyModelMissing(FileNotFoundError):
     """The embedded checkpoint is absent or incomplete."""
 
 
-def _checked(kind: str) -> Path:
+def _checked(kind: str, required=_REQUIRED, retrain: str = "train_tiny --out hwprobe/tiny/model") -> Path:
     d = MODEL_DIR / kind
-    missing = [name for name in _REQUIRED if not (d / name).is_file()]
+    missing = [name for name in required if not (d / name).is_file()]
     if missing:
         raise TinyModelMissing(
             f"the embedded tiny {kind} is missing {', '.join(missing)} in {d}; "
-            "retrain it with: python -m hwprobe.training.train_tiny --out hwprobe/tiny/model")
+            f"retrain it with: python -m hwprobe.training.{retrain}")
     return d
 
 
@@ -41,6 +44,12 @@ def target_dir() -> Path:
 def drafter_dir() -> Path:
     """Folder of the tiny dense Qwen3 drafter that shares the target's tokenizer."""
     return _checked("drafter")
+
+
+def eagle3_dir() -> Path:
+    """Folder of the EAGLE-3 draft head trained for the tiny target (it uses the target's tokenizer)."""
+    return _checked("eagle3", ("config.json", "model.safetensors"),
+                    "train_eagle3 --out hwprobe/tiny/model/eagle3")
 
 
 def training_manifest() -> dict:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,6 +34,7 @@ from hwprobe.training.corpus import CorpusError, load_manifest
 from hwprobe.training.data import TokenData, prepare
 from hwprobe.training.losses import lm_loss, unigram_loss
 from hwprobe.training.plans import PLANS, TrainPlan, drafter_config, target_config
+from hwprobe.training.staging import sha256_file, staged_folder
 
 THREADS = 2
 
@@ -208,17 +207,6 @@ def plot_loss_curve(path: Path, logs: dict[str, list[dict]], unigram: float, pla
     plt.close(fig)
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out``; an existing ``out`` is replaced only once ``tmp`` is complete."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old)
-
-
 def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float = 45.0,
           threads: int = THREADS, progress=None, schedule_from: Path | None = None) -> dict:
     """Train target then drafter per ``PLANS[plan_name]``; write the folder described above; return the manifest.
@@ -274,7 +262,7 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
         "plan_name": plan_name,
         "plan": plan.as_dict(),
         "seed": seed,
-        "schedule": (f"replayed from {schedule_from} (sha256 {_sha256(schedule_from)})" if schedule_from
+        "schedule": (f"replayed from {schedule_from} (sha256 {sha256_file(schedule_from)})" if schedule_from
                      else "planned (warm-up, constant, decay; shortened only by --minutes)"),
         "corpus_packed_sha256": load_manifest()["packed_sha256"],
         "train_tokens": int(len(data.train)),
@@ -300,11 +288,7 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
                      "transformers": transformers.__version__},
     }
 
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    with staged_folder(out) as tmp:
         for name, model in (("target", target), ("drafter", drafter)):
             model.save_pretrained(tmp / name, safe_serialization=True)
             data.tokenizer.save_pretrained(tmp / name)
@@ -313,19 +297,7 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
             json.dumps({"target": target_rows, "drafter": drafter_rows}, separators=(",", ":")) + "\n")
         plot_loss_curve(tmp / "loss_curve.png", {"target": target_rows, "drafter": drafter_rows},
                         manifest["unigram_heldout_ce"], plan)
-        for f in tmp.rglob("*"):
-            f.chmod(0o755 if f.is_dir() else 0o644)  # some writers create private files
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _logged_schedule(path: Path) -> dict[str, list[float]]:

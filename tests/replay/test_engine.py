@@ -121,7 +121,7 @@ def test_optimal_uses_the_lambda_star_of_simmoe_bound():
 # -- an independent brute-force replay ----------------------------------------------
 def brute_force_replay(trace, slots: int, policy: str, K: int = 7):
     """eagle3 under LRU or no cache, in plain Python: (copies, hits, cycles, committed list)."""
-    L, N = trace.geometry.num_layers, trace.geometry.num_experts
+    L = trace.geometry.num_layers
     cache = [[] for _ in range(L)]  # least recently used first
 
     def serve(demand):  # demand: list of L sets
