@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         frames = {}
         for _ in range(args.repeat):
             c0, t0 = cpu_seconds(), time.perf_counter()
-            frames["local"] = run_sweep(grid, workers=args.workers)
+            frames["local"], local_failures = run_sweep(grid, workers=args.workers)
             local_t.append(time.perf_counter() - t0)
             local_cpu.append(cpu_seconds() - c0)
 
@@ -94,9 +94,10 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             ray.shutdown()
             ray_down.append(time.perf_counter() - t0)
-            if failures:
-                print(f"{len(failures)} configurations failed on Ray: {failures[0].error}", file=sys.stderr)
-                return 1
+            for engine, failed in (("the local engine", local_failures), ("Ray", failures)):
+                if failed:
+                    print(f"{len(failed)} configurations failed on {engine}: {failed[0].error}", file=sys.stderr)
+                    return 1
         pd.testing.assert_frame_equal(frames["ray"], frames["local"], check_exact=True)
         med = statistics.median
         print("identical tables: yes")

@@ -85,15 +85,58 @@ def _profile(name: str):
     return _PROFILES[name]
 
 
-def run_task(path: str, configs: Sequence[ReplayConfig]) -> list[tuple[ReplayConfig, dict]]:
-    """Replay configurations that share one plan; (config, summary row) each (worker entry point)."""
-    trace = cached_trace(path)
+@dataclass(frozen=True)
+class Failure:
+    """A configuration whose replay failed, with the error's type and message."""
+
+    trace: str
+    config: ReplayConfig
+    error: str
+
+
+def replay_task(trace, path: str, configs: Sequence[ReplayConfig], profiles: dict) -> list[tuple]:
+    """Replay configurations sharing one plan; (config, row or None, error or None) each.
+
+    Both engines' worker entry point: a configuration whose replay raises is
+    reported with its error and the rest of the task goes on.
+    O(plan + Σ simulate).
+    """
     plans: dict = {}
-    rows = []
+    out = []
     for cfg in configs:
-        res = replay(trace, cfg, _profile(cfg.hardware), plans=plans)
-        rows.append((cfg, _row(path, trace, cfg, res.summary(), res.lambda_star)))
-    return rows
+        try:
+            res = replay(trace, cfg, profiles[cfg.hardware], plans=plans)
+            out.append((cfg, _row(path, trace, cfg, res.summary(), res.lambda_star), None))
+        except Exception as exc:  # reported per configuration; the rest of the grid completes
+            out.append((cfg, None, f"{type(exc).__name__}: {exc}"))
+    return out
+
+
+def run_task(path: str, configs: Sequence[ReplayConfig]) -> list[tuple]:
+    """:func:`replay_task` in a local worker process (traces and profiles read once per process)."""
+    return replay_task(cached_trace(path), path, configs, {c.hardware: _profile(c.hardware) for c in configs})
+
+
+def assemble(configs: Sequence[tuple[str, ReplayConfig]], results: dict, failures: dict):
+    """The table in the order of ``configs`` (failed ones left out) and the list of :class:`Failure`.
+
+    ``results`` and ``failures`` map (trace, config) to a row or an error;
+    ``speedup`` is over the AR-without-cache row of the same trace, profile,
+    timing and seed (NaN where that baseline failed).
+    """
+    import pandas as pd
+
+    rows, failed = [], []
+    for path, cfg in configs:
+        key = (path, cfg)
+        if key not in results:
+            failed.append(Failure(path, cfg, failures.get(key, "no result")))
+            continue
+        r = dict(results[key])
+        base = results.get((path, ar_baseline(cfg)))
+        r["speedup"] = speedup(r, base) if base is not None else float("nan")
+        rows.append(r)
+    return pd.DataFrame(rows), failed
 
 
 def _row(path, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
@@ -122,53 +165,58 @@ def tasks_of(configs: Sequence[tuple[str, ReplayConfig]]) -> list[tuple[str, lis
 def run_sweep(grid: Grid, *, workers: int = 1,
               progress: Callable[[int, int], None] | None = None,
               configs: Sequence[tuple[str, ReplayConfig]] | None = None):
-    """Run every configuration of ``grid``; return a pandas DataFrame, one row per configuration.
+    """Run every configuration of ``grid``; return ``(frame, failures)``.
 
-    Rows come in grid order; ``speedup`` is over AR without a cache (same
-    trace, profile, timing, seed).  ``workers > 1`` runs tasks in that many
-    processes.  ``configs`` (a subset of ``grid.configs()``, e.g. those not
-    yet in an output table) replaces the whole grid.
+    ``frame``: a pandas DataFrame, one row per configuration that ran, in
+    grid order; ``speedup`` is over AR without a cache (same trace, profile,
+    timing, seed).  ``failures``: a :class:`Failure` for each configuration
+    whose replay raised (or whose worker process died); the rest complete.
+    ``workers > 1`` runs tasks in that many processes.  ``configs`` (a subset
+    of ``grid.configs()``, e.g. those not yet in an output table) replaces
+    the whole grid.
     """
     import pandas as pd
 
     configs = grid.configs() if configs is None else list(configs)
     if not configs:
-        return pd.DataFrame()
+        return pd.DataFrame(), []
     # the exact searches are the slow plans: start them first
     tasks = sorted(tasks_of(configs), key=lambda t: not SELECTORS[t[1][0].selector].uses_cost)
     workers = max(1, int(workers))
     results: dict[tuple, dict] = {}
+    failures: dict[tuple, str] = {}
     done = 0
 
-    def collect(rows):
+    def collect(path, outcome):
         nonlocal done
-        for cfg, r in rows:
-            results[(r["trace"], cfg)] = r
+        for cfg, row, error in outcome:
+            if error is None:
+                results[(path, cfg)] = row
+            else:
+                failures[(path, cfg)] = error
         done += 1
         if progress is not None:
             progress(done, len(tasks))
 
     if workers == 1 or len(tasks) == 1:
         for path, cfgs in tasks:
-            collect(run_task(path, cfgs))
+            collect(path, run_task(path, cfgs))
     else:
         import multiprocessing as mp
 
         # forked workers inherit the traces read here instead of reading them again
-        for path in grid.traces:
+        for path in {p for p, _ in configs}:
             cached_trace(str(path))
         ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
         with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx) as pool:
-            futures = [pool.submit(run_task, path, cfgs) for path, cfgs in tasks]
-            for f in futures:
-                collect(f.result())
-    rows = []
-    for path, cfg in configs:
-        r = dict(results[(path, cfg)])
-        base = results[(path, ar_baseline(cfg))]
-        r["speedup"] = speedup(r, base)
-        rows.append(r)
-    return pd.DataFrame(rows)
+            futures = [(path, cfgs, pool.submit(run_task, path, cfgs)) for path, cfgs in tasks]
+            for path, cfgs, f in futures:
+                try:
+                    outcome = f.result()
+                except Exception as exc:  # the worker process died (BrokenProcessPool) or could not pickle
+                    outcome = [(c, None, f"{type(exc).__name__}: {exc}") for c in cfgs]
+                collect(path, outcome)
+    return assemble(configs, results, failures)
 
 
 # -- resuming: which configurations a table already holds ---------------------------

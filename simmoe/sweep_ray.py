@@ -28,22 +28,12 @@ the object store once and fetching it once per node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from simmoe.engine import ReplayConfig, ar_baseline, replay
+from simmoe.engine import ReplayConfig
 from simmoe.errors import SimmoeError
-from simmoe.metrics import speedup
 from simmoe.selectors import SELECTORS
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A configuration whose replay failed, with the error's type and message."""
-
-    trace: str
-    config: ReplayConfig
-    error: str
+from simmoe.sweep import Failure, assemble, cached_trace, replay_task, tasks_of  # noqa: F401 (Failure: API)
 
 
 def require_ray():
@@ -54,24 +44,6 @@ def require_ray():
         raise SimmoeError("--engine ray needs Ray: pip install 'ray>=2.9' "
                           "(or the extra: pip install 'simmoe[ray]')") from None
     return ray
-
-
-def replay_task(trace, path: str, configs: Sequence[ReplayConfig], profiles: dict) -> list[tuple]:
-    """Replay configurations sharing one plan; (config, row or None, error or None) each.
-
-    The Ray worker's entry point (also callable directly).  O(plan + Σ simulate).
-    """
-    from simmoe.sweep import _row
-
-    plans: dict = {}
-    out = []
-    for cfg in configs:
-        try:
-            res = replay(trace, cfg, profiles[cfg.hardware], plans=plans)
-            out.append((cfg, _row(path, trace, cfg, res.summary(), res.lambda_star), None))
-        except Exception as exc:  # reported per configuration; the rest of the grid completes
-            out.append((cfg, None, f"{type(exc).__name__}: {exc}"))
-    return out
 
 
 def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = None,
@@ -89,7 +61,6 @@ def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = 
     import pandas as pd
 
     from simmoe.hardware import load_profile
-    from simmoe.sweep import cached_trace, tasks_of
 
     ray = require_ray()
     configs = list(grid.configs() if configs is None else configs)
@@ -145,14 +116,4 @@ def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = 
         if started:
             ray.shutdown()
 
-    rows, failed = [], []
-    for path, cfg in configs:
-        key = (path, cfg)
-        if key not in results:
-            failed.append(Failure(path, cfg, failures.get(key, "no result")))
-            continue
-        r = dict(results[key])
-        base = results.get((path, ar_baseline(cfg)))
-        r["speedup"] = speedup(r, base) if base is not None else float("nan")
-        rows.append(r)
-    return pd.DataFrame(rows), failed
+    return assemble(configs, results, failures)

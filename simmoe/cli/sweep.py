@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from simmoe.errors import SimmoeError
 
@@ -66,7 +67,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import os
-    from pathlib import Path
 
     from simmoe.hardware import load_profile
     from simmoe.selectors import parse_selectors
@@ -122,10 +122,8 @@ def run(args) -> int:
         from simmoe.sweep_ray import run_sweep_ray
 
         def report(done, total, path, cfg, row, error):
-            what = (f"{Path(path).name} {cfg.selector} slots={cfg.slots} {cfg.cache} "
-                    f"{cfg.hardware} acc={cfg.route_accuracy:g}")
             state = (f"decode {row['decode_tps']:.2f} tok/s" if error is None else f"FAILED: {error}")
-            print(f"sweep: [{done}/{total}] {what}: {state}", file=sys.stderr, flush=True)
+            print(f"sweep: [{done}/{total}] {_what(path, cfg)}: {state}", file=sys.stderr, flush=True)
 
         frame, failures = run_sweep_ray(grid, configs=todo, address=args.address,
                                         num_cpus=args.workers, on_result=report)
@@ -133,7 +131,7 @@ def run(args) -> int:
         def progress(done, total):
             print(f"\rsweep: {done}/{total} tasks", end="", file=sys.stderr, flush=True)
 
-        frame = run_sweep(grid, workers=workers, progress=progress, configs=todo)
+        frame, failures = run_sweep(grid, workers=workers, progress=progress, configs=todo)
         print(file=sys.stderr)
     if todo and old is not None and len(old):
         import pandas as pd
@@ -145,11 +143,15 @@ def run(args) -> int:
     print(f"{len(configs) - len(failures)} configurations -> {args.out}"
           + (" (SYNTHETIC traces among the inputs: results are synthetic)" if synthetic else ""))
     for f in failures:
-        print(f"sweep: failed: {Path(f.trace).name} {f.config.selector} slots={f.config.slots} "
-              f"{f.config.cache} {f.config.hardware} acc={f.config.route_accuracy:g}: {f.error}",
-              file=sys.stderr)
+        print(f"sweep: failed: {_what(f.trace, f.config)}: {f.error}", file=sys.stderr)
     if failures:
         print(f"sweep: {len(failures)} configuration(s) failed; a rerun runs only the missing ones",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _what(path, cfg) -> str:
+    """One configuration, briefly."""
+    return (f"{Path(path).name} {cfg.selector} slots={cfg.slots} {cfg.cache} {cfg.hardware} "
+            f"acc={cfg.route_accuracy:g}")

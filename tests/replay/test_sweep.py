@@ -46,7 +46,8 @@ def test_parallel_sweep_equals_one_by_one_replays(setup):
     from simmoe.trace.io import read_trace
 
     g = grid(setup)
-    frame = run_sweep(g, workers=2)
+    frame, failures = run_sweep(g, workers=2)
+    assert not failures
     configs = g.configs()
     assert len(frame) == len(configs) == 2 * 4 * 2 * 2 * 2 * 2
     counters = ["decode_tps", "cycles", "committed", "h2d_per_token", "ms_per_cycle", "hit_rate"]

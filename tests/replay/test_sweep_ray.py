@@ -59,7 +59,7 @@ def test_ray_table_equals_local_table(setup, ray_runtime):
     g = grid(setup)
     seen = []
     frame, failures = run_sweep_ray(g, on_result=lambda *a: seen.append(a))
-    local = run_sweep(g, workers=1)
+    local, _ = run_sweep(g, workers=1)
     assert not failures
     assert len(frame) == len(g.configs())
     pd.testing.assert_frame_equal(frame, local, check_exact=True)
@@ -81,6 +81,50 @@ def test_failed_configurations_are_reported_and_the_rest_complete(setup, ray_run
     assert set(frame["selector"]) == {"eagle3"}
     assert len(frame) == len(g.configs()) - len(failures)
     assert np.isfinite(frame["speedup"]).all()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_engine_reports_failures_and_completes_the_rest(setup, workers):
+    g = grid(setup, selectors=("eagle3", "evict"), hardware=(str(setup / "no-evict.toml"),),
+             route_accuracy=(1.0,), caches=("lru",))
+    frame, failures = run_sweep(g, workers=workers)
+    bad = {config_key(f.trace, f.config) for f in failures}
+    assert bad == {config_key(p, c) for p, c in g.configs() if c.selector == "evict"}
+    assert all("evict" in f.error.lower() or "cost" in f.error.lower() for f in failures)
+    assert set(frame["selector"]) == {"eagle3"} and len(frame) == len(g.configs()) - len(failures)
+    assert np.isfinite(frame["speedup"]).all()
+
+
+def test_a_dead_local_worker_fails_its_configurations_not_the_sweep(setup, monkeypatch):
+    import os
+
+    import simmoe.sweep as sweep
+
+    real = sweep.replay
+
+    def dies_on_oracle(trace, cfg, *a, **kw):
+        if cfg.selector == "oracle":
+            os._exit(1)               # a worker killed mid-task (forked workers inherit this patch)
+        return real(trace, cfg, *a, **kw)
+
+    monkeypatch.setattr(sweep, "replay", dies_on_oracle)
+    g = grid(setup, selectors=("eagle3", "oracle"), route_accuracy=(1.0,), caches=("lru",), slots=(4,))
+    frame, failures = run_sweep(g, workers=2)
+    failed = {config_key(f.trace, f.config) for f in failures}
+    assert {config_key(p, c) for p, c in g.configs() if c.selector == "oracle"} <= failed
+    assert all("BrokenProcessPool" in f.error for f in failures)
+    assert len(frame) + len(failures) == len(g.configs())
+
+
+def test_cli_local_engine_failures_exit_1_and_keep_the_other_rows(setup, tmp_path, capsys):
+    out = tmp_path / "grid.csv"
+    argv = ["sweep", str(setup / "t41.parquet"), "-o", str(out), "--selector-ms", "0.5", "--workers", "1",
+            "--slots", "0,4", "--selectors", "ar,evict", "--hardware", str(setup / "no-evict.toml")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("sweep: failed: t41.parquet evict") == 2 and "a rerun runs only the missing" in err
+    frame = pd.read_csv(out)
+    assert set(frame["selector"]) == {"ar"} and len(frame) == 2
 
 
 def test_cli_ray_engine_progress_failures_and_rerun(setup, tmp_path, capsys):
@@ -134,7 +178,7 @@ def test_local_engine_rerun_skips_present_rows(setup, tmp_path, capsys):
 def test_config_key_matches_row_key_after_csv_round_trip(setup, tmp_path):
     g = grid(setup, selector_ms=None, route_accuracy=(0.5,), hardware=(str(setup / "fast.toml"),),
              selectors=("ar",), slots=(4,), caches=("lru",), traces=(str(setup / "t41.parquet"),))
-    frame = run_sweep(g)
+    frame, _ = run_sweep(g)
     frame.to_csv(tmp_path / "g.csv", index=False)
     assert row_keys(pd.read_csv(tmp_path / "g.csv")) == {config_key(p, c) for p, c in g.configs()}
     other = ReplayConfig(selector="ar", slots=4, cache="lru", hardware=str(setup / "fast.toml"),
@@ -168,5 +212,5 @@ def test_cli_starts_and_stops_its_own_local_runtime(setup, tmp_path):
     g = grid(setup, traces=(str(setup / "t42.parquet"),), selectors=("ar", "eagle3", "specfit"),
              slots=(0, 4), caches=("lru",), route_accuracy=(1.0,))
     local = tmp_path / "local.csv"
-    run_sweep(g, workers=1).to_csv(local, index=False)
+    run_sweep(g, workers=1)[0].to_csv(local, index=False)
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(local), check_exact=True)
