@@ -19,9 +19,9 @@ def register(sub) -> None:
                    "run made separately join with commas (A,B,C): each time becomes its minimum over them")
     p.add_argument("--fit", action="append", metavar="LIVE", default=None,
                    help="live runs (same machine, any prompts) whose cycles fit the event model's timing; "
-                   "repeatable, passes joined with commas as for --live; their mean selector time per selector replaces "
-                   "the replay's own.  Default: "
-                   "the --live runs themselves (in-sample, said so; the replay measures selector time)")
+                   "repeatable, passes joined with commas as for --live; their mean selector time per selector "
+                   "replaces the replay's own.  Default: the --live runs themselves (in-sample, said so; the "
+                   "replay measures selector time)")
     p.add_argument("--hardware", help="use this profile's timing instead of fitting one (name or .toml)")
     p.add_argument("--save-profile", metavar="TOML", help="write the fitted profile here")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-' for stdout)")
