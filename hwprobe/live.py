@@ -254,7 +254,7 @@ def warm_up(model, drafter, prompt_ids: list[int], spec: PoolSpec, rounds: int =
     feats = getattr(drafter, "needs_features", False)
     with cache_bypass(model):
         greedy_generate(model, list(prompt_ids), 4)
-        _, out, _ = prefill(model, list(prompt_ids), hidden_states=feats)
+        out = prefill(model, list(prompt_ids), hidden_states=True)[1] if feats else None
     for _ in range(rounds):
         drafter.start(list(prompt_ids))
         if feats:                  # an EAGLE-3 head drafts from the target's features of the context

@@ -155,6 +155,12 @@ def _records(path) -> list:
 
 def read_live(path, *, allow_partial: bool = False) -> LiveRun:
     """Read a live-run file; :class:`SimmoeError` names what is wrong (missing, torn, incomplete)."""
+    meta, records = _read_checked(path, allow_partial)
+    return LiveRun.from_records(meta, records, path=str(path))
+
+
+def _read_checked(path, allow_partial: bool = False) -> tuple[dict, list[dict]]:
+    """A live-run file's run line and its other records, after the checks :func:`read_live` names."""
     path = Path(path)
     if not path.is_file():
         partial = path.with_name(path.name + ".partial")
@@ -173,7 +179,7 @@ def read_live(path, *, allow_partial: bool = False) -> LiveRun:
     for key in ("model", "selector", "slots", "max_new_tokens", "geometry", "pool", "K"):
         if key not in meta:
             raise SimmoeError(f"{path}: run line lacks {key!r}")
-    return LiveRun.from_records(meta, [r for r in records[1:] if isinstance(r, dict)], path=str(path))
+    return meta, [r for r in records[1:] if isinstance(r, dict)]
 
 
 # --------------------------------------------------------------------------
@@ -266,20 +272,20 @@ def read_live_passes(paths) -> LiveRun:
     paths = list(paths)
     if not paths:
         raise SimmoeError("no live-run files given")
-    runs = [read_live(p) for p in paths]
-    if len(runs) == 1:
-        return runs[0]
-    meta = dict(runs[0].meta)
-    for run in runs[1:]:
-        diff = [k for k in _SAME_SETTINGS if run.meta.get(k) != meta.get(k)]
+    if len(paths) == 1:
+        return read_live(paths[0])
+    runs = [_read_checked(p) for p in paths]
+    meta = dict(runs[0][0])
+    for p, (other, _) in zip(paths[1:], runs[1:]):
+        diff = [k for k in _SAME_SETTINGS if other.get(k) != meta.get(k)]
         if diff:
-            raise SimmoeError(f"{run.path} and {runs[0].path} are not passes of one run: they differ in "
+            raise SimmoeError(f"{p} and {paths[0]} are not passes of one run: they differ in "
                               f"{', '.join(diff)}")
     try:
-        lines = merge_passes([_split_requests(_records(run.path)) for run in runs])
+        lines = merge_passes([_split_requests(records) for _, records in runs])
     except CheckFailed as exc:
         raise SimmoeError(f"{', '.join(map(str, paths))}: {exc}") from None
-    meta["repeats"] = sum(int(r.meta.get("repeats", 1) or 1) for r in runs)
+    meta["repeats"] = sum(int(m.get("repeats", 1) or 1) for m, _ in runs)
     meta["combine"] = "minimum over passes"
     meta["merged_from"] = [str(p) for p in paths]
     return LiveRun.from_records(meta, [x for req in lines for x in req], path=" + ".join(map(str, paths)))

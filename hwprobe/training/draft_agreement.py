@@ -53,15 +53,22 @@ def draft_agreement(target, drafter, windows: np.ndarray, *, prefix_len: int = 9
             t_top = target(input_ids=w).logits.argmax(-1)
             forced.append((d_top == t_top).float().mean().item() * w.numel())
     accepted = np.concatenate(accepted_rows)                       # (n, depth)
-    p_accept = accepted.mean(0)
-    prev = np.concatenate([[1.0], p_accept[:-1]])
-    alpha = np.where(prev > 0, p_accept / np.maximum(prev, 1e-12), 0.0)
+    p_accept, alpha, mean_accepted = acceptance_per_level(accepted)
     return {
         "prefixes": int(len(accepted)),
         "prefix_len": prefix_len,
         "depth": depth,
         "p_accept": p_accept.tolist(),
         "alpha": alpha.tolist(),
-        "mean_accepted": float(accepted.sum(1).mean()),
+        "mean_accepted": mean_accepted,
         "teacher_forced_top1": float(sum(forced) / windows.size),
     }
+
+
+def acceptance_per_level(accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """From accepted[i, j] (chain i accepted through level j): P(accept j), α_j = P(j | j−1), mean length."""
+    depth = accepted.shape[1] if accepted.ndim == 2 else 0
+    p_accept = accepted.mean(0) if len(accepted) else np.zeros(depth)
+    prev = np.concatenate([[1.0], p_accept[:-1]])
+    alpha = np.where(prev > 0, p_accept / np.maximum(prev, 1e-12), 0.0)
+    return p_accept, alpha, float(accepted.sum(1).mean()) if len(accepted) else float("nan")

@@ -70,12 +70,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from hwprobe.training.staging import sha256_file, staged_folder
+from hwprobe.training.train_tiny import TrainingError
 
 KIND = "eagle3-head"
-
-
-class TrainingError(Exception):
-    """Bad arguments or an unusable output folder."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +288,7 @@ def chain_acceptance(target, chains, prefixes: list[list[int]], depth: int) -> d
     Cost: one greedy target decode of ``depth`` tokens per prefix.
     """
     from hwprobe.specdecode import greedy_generate
+    from hwprobe.training.draft_agreement import acceptance_per_level
 
     acc = np.zeros((len(prefixes), depth), dtype=bool)
     for i, (ctx, chain) in enumerate(zip(prefixes, chains)):
@@ -299,11 +297,9 @@ def chain_acceptance(target, chains, prefixes: list[list[int]], depth: int) -> d
         for j in range(depth):
             ok = ok and j < len(chain) and int(chain[j]) == ref[j]
             acc[i, j] = ok
-    p = acc.mean(0) if len(acc) else np.zeros(depth)
-    prev = np.concatenate([[1.0], p[:-1]])
-    alpha = np.where(prev > 0, p / np.maximum(prev, 1e-12), 0.0)
+    p, alpha, mean_accepted = acceptance_per_level(acc)
     return {"chains": len(prefixes), "depth": depth, "p_accept": [round(float(v), 4) for v in p],
-            "alpha": [round(float(v), 4) for v in alpha], "mean_accepted": round(float(acc.sum(1).mean()), 4)}
+            "alpha": [round(float(v), 4) for v in alpha], "mean_accepted": round(mean_accepted, 4)}
 
 
 def measure_acceptance(head_dir: Path, target, windows: np.ndarray, plan: Eagle3Plan, dense=None) -> dict:
