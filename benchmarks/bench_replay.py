@@ -45,7 +45,7 @@ def load_trace(path: str | None):
 
 
 def bench_config(trace, profile, selector: str, cache: str, slots: int, repeat: int) -> dict:
-    from simmoe.engine import ReplayConfig, plan, simulate
+    from simmoe.replay.engine import ReplayConfig, plan, simulate
 
     cfg = ReplayConfig(selector=selector, cache=cache, slots=slots if cache != "none" else 0,
                        hardware=profile.name, timing="event")
@@ -96,7 +96,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=None, help="--workers of the command (default: CPUs)")
     args = ap.parse_args()
 
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()

@@ -45,7 +45,7 @@ def make_trace(requests: int, folder: str) -> str:
 
 
 def grid_of(trace: str):
-    from simmoe.sweep import Grid
+    from simmoe.sweep.grid import Grid
 
     return Grid(traces=(trace,), selectors=("ar", "eagle3", "evict", "specfit", "oracle"),
                 slots=(0, 4, 12, 24, 48), caches=("lru", "belady"),
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     import pandas as pd
     import ray
 
-    from simmoe.sweep import cached_trace, run_sweep, tasks_of
-    from simmoe.sweep_ray import run_sweep_ray
+    from simmoe.sweep.grid import cached_trace, run_sweep, tasks_of
+    from simmoe.sweep.ray_engine import run_sweep_ray
 
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or make_trace(args.requests, tmp)

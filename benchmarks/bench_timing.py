@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from simmoe.caches import make_cache
-from simmoe.hardware import load_profile
-from simmoe.timing import CycleTimer
+from simmoe.replay.caches import make_cache
+from simmoe.hardware.profile import load_profile
+from simmoe.replay.timing import CycleTimer
 
 
 def demand_stream(forwards: int, L: int, N: int, union: int, seed: int) -> list[np.ndarray]:

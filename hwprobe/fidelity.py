@@ -7,7 +7,7 @@ time on the CPU; every step is an ordinary ``hwprobe`` / ``simmoe`` call):
 
 1. ``hwprobe record`` of the *validation* prompts → the trace;
 2. SpecFit's cost model (Eq. 4), derived
-   (:func:`simmoe.validation.derived_cost_model`) from the event model
+   (:func:`simmoe.validation.live.derived_cost_model`) from the event model
    fitted to ``hwprobe live`` runs of ``ar`` and ``eagle3`` on the *fitting*
    prompts;
 3. ``--repeats`` rounds; in each, ``hwprobe live`` once for every
@@ -15,12 +15,12 @@ time on the CPU; every step is an ordinary ``hwprobe`` / ``simmoe`` call):
    slots), on the fitting and then the validation prompts.  Each live run
    is one pass; a configuration's passes, spread over the whole command,
    merge into one run whose every time is its minimum over the passes
-   (:func:`simmoe.validation.read_live_passes`): on a shared machine whole
+   (:func:`simmoe.validation.live.read_live_passes`): on a shared machine whole
    seconds run 1.5–2× slow, whatever the clock, and the minimum keeps the
    undisturbed measurement;
 4. the event model's timing fitted to the merged fitting runs
-   (:func:`simmoe.validation.fit_timing`), and every merged validation run
-   compared with the replay of the trace (:func:`simmoe.validation.compare`):
+   (:func:`simmoe.validation.live.fit_timing`), and every merged validation run
+   compared with the replay of the trace (:func:`simmoe.validation.live.compare`):
    held-out prompts, so the errors are predictions, not fits.  The same
    comparison on the first pass alone (fit and validation) is reported
    beside it: what one pass gives.
@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from hwprobe.atomic import write_text_atomic
     from hwprobe.device import describe, pick_device
-    from simmoe.hardware import load_profile, save_profile
+    from simmoe.hardware.profile import load_profile, save_profile
     from simmoe.trace.io import read_trace
-    from simmoe.validation import (assert_exact, compare, derived_cost_model, fit_timing, meets_goals,
+    from simmoe.validation.live import (assert_exact, compare, derived_cost_model, fit_timing, meets_goals,
                                    read_live, read_live_passes, selector_time)
 
     torch.set_num_threads(1)
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(results, one_pass, val_runs, profile, cost, trace, model_text, device, started, load_before,
             load_after, elapsed, args, slot_grid) -> str:
-    from simmoe.validation import GOAL_CYCLE_ERROR, GOAL_TPS_ERROR, format_table, meets_goals
+    from simmoe.validation.live import GOAL_CYCLE_ERROR, GOAL_TPS_ERROR, format_table, meets_goals
 
     g = trace.geometry
     meta = val_runs[0].meta
@@ -244,12 +244,12 @@ def _report(results, one_pass, val_runs, profile, cost, trace, model_text, devic
         "the validation runs; every live request was checked against greedy decoding",
         f"- passes: {args.repeats} rounds, each running every configuration once on the fitting and then the "
         "validation prompts (`hwprobe live`, one pass each); a configuration's passes made the same cycles "
-        "(checked), and each time below is its minimum over the passes (`simmoe.validation.read_live_passes`; "
+        "(checked), and each time below is its minimum over the passes (`simmoe.validation.live.read_live_passes`; "
         "why: the last section)",
         "",
         "## What is fitted, what is predicted",
         "",
-        "Fitted to the fitting prompts' live cycles only (`simmoe.validation.fit_timing`, NNLS; "
+        "Fitted to the fitting prompts' live cycles only (`simmoe.validation.live.fit_timing`, NNLS; "
         "`docs/closed-loop.md`):",
         "",
         "| parameter | value |",
@@ -262,7 +262,7 @@ def _report(results, one_pass, val_runs, profile, cost, trace, model_text, devic
         f"| commit_ms | {profile.commit_ms:.4g} |",
         "",
         "SpecFit's cost model (Eq. 4) for `specfit`, derived from the event model fitted to the AR and "
-        "EAGLE-3 fitting runs (`simmoe.validation.derived_cost_model`; `hwprobe calibrate`'s wall-clock "
+        "EAGLE-3 fitting runs (`simmoe.validation.live.derived_cost_model`; `hwprobe calibrate`'s wall-clock "
         f"probes are dominated by other jobs here): b_0 = {cost.cost_b_cache[0]:.4g} ms, "
         f"b_7 = {cost.cost_b_cache[-1]:.4g} ms, β = {cost.cost_beta_cache:.4g} ms with cache, "
         f"{cost.cost_beta_no_cache:.4g} ms without; the same file drives the live `specfit` and its replay. "

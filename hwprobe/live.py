@@ -1,7 +1,7 @@
 """Live speculative decoding on the offloaded backend with any simmoe selector (SpecFit §2, §3.3).
 
 Per request: prefill, then a cursor ``t`` over the output positions, exactly
-as the replay engine (:mod:`simmoe.engine`) walks a recorded trace:
+as the replay engine (:mod:`simmoe.replay.engine`) walks a recorded trace:
 
 1. **draft** — the drafter grows the full pool from prompt + output[:t+1]
    (root = output[t]) level by level, each level timed;
@@ -11,11 +11,11 @@ as the replay engine (:mod:`simmoe.engine`) walks a recorded trace:
    routes and the target's verdicts, the same full-pool forward that
    ``hwprobe record`` runs.  It stands in for a route predictor and is not
    part of the cycle's time;
-3. **select** — the simmoe selector sees a :class:`simmoe.selectors.PoolView`
+3. **select** — the simmoe selector sees a :class:`simmoe.replay.selectors.PoolView`
    built with the trace's dtypes (float32 probabilities, the geometry's route
    dtype) and the trace's position row, so live and replay make identical
    selections on identical pools; with ``route_accuracy < 1`` the routes pass
-   through :class:`simmoe.routepredict.RoutePredictor` with the same seed and
+   through :class:`simmoe.replay.route_prediction.RoutePredictor` with the same seed and
    row.  Drafting is charged for the levels the selector drafted only (the
    first d levels of a pool do not depend on deeper ones);
 4. **verify** — one timed tree forward over root + S on the offloaded
@@ -190,7 +190,7 @@ class LiveSettings:
 def make_live_selector(settings: LiveSettings, profile):
     """The simmoe selector of ``settings`` configured as the replay engine configures it."""
     from simmoe.errors import SimmoeError
-    from simmoe.selectors import SELECTORS, SelectorContext, make_selector
+    from simmoe.replay.selectors import SELECTORS, SelectorContext, make_selector
 
     cls = SELECTORS.get(settings.selector)
     if cls is None:
@@ -213,7 +213,7 @@ def make_live_selector(settings: LiveSettings, profile):
 def _view(pool: Pool, routes: np.ndarray, agree: np.ndarray, row: int, num_experts: int,
           route_dtype, predictor):
     """A PoolView with the dtypes a trace stores (so selections match the replay's bit for bit)."""
-    from simmoe.selectors import PoolView
+    from simmoe.replay.selectors import PoolView
 
     root_routes = routes[0].astype(route_dtype)
     node_routes = routes[1:].astype(route_dtype)

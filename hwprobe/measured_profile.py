@@ -1,4 +1,4 @@
-"""Hardware profiles measured by hwprobe, in the simulator's format (``simmoe.hardware``).
+"""Hardware profiles measured by hwprobe, in the simulator's format (``simmoe.hardware.profile``).
 
 The event-model fields come from what the probe saw: ``copy_ms`` is the mean
 duration of one expert copy on the backend's single copy stream (copies run
@@ -41,8 +41,8 @@ def build_profile(*, name: str, device: str, model: str, expert_bytes: int, num_
                   copy_samples_ms, link_gbps: float, forward_ms: float, expert_ms: float,
                   draft_level_ms: float = 0.0, commit_ms: float = 0.0, fits: dict | None = None,
                   notes: str = "", cpu: bool = False):
-    """A validated :class:`simmoe.hardware.HardwareProfile`; ``fits``: {"cache": Fit, "no_cache": Fit}."""
-    from simmoe.hardware import HardwareProfile, validate
+    """A validated :class:`simmoe.hardware.profile.HardwareProfile`; ``fits``: {"cache": Fit, "no_cache": Fit}."""
+    from simmoe.hardware.profile import HardwareProfile, validate
 
     samples = [float(x) for x in copy_samples_ms if x > 0]
     copy_ms = statistics.fmean(samples) if samples else 0.0

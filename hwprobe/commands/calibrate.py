@@ -74,7 +74,7 @@ def calibrate(args, prompts, out: Path, boundaries):
     from hwprobe.measured_profile import build_profile, fit_forward
     from hwprobe.models import moe_blocks
     from hwprobe.session import TokenProgress, build, oom_is_user_error
-    from simmoe.hardware import save_profile
+    from simmoe.hardware.profile import save_profile
 
     s = build(args)
     tok = s.loaded.tokenizer

@@ -68,7 +68,7 @@ def _selection_profile(args):
     """The profile the selector's cost models come from (None when the selector needs none)."""
     from hwprobe.cli import HwprobeError
     from simmoe.errors import SimmoeError
-    from simmoe.selectors import SELECTORS
+    from simmoe.replay.selectors import SELECTORS
 
     cls = SELECTORS.get(args.selector)
     if cls is None:
@@ -81,7 +81,7 @@ def _selection_profile(args):
             raise HwprobeError(f"selector {args.selector!r} needs --hardware PROFILE with its cost model "
                                "(measure one here with: hwprobe calibrate ... --out PROFILE.toml)")
         return None
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
     try:
         return load_profile(args.hardware)
     except SimmoeError as exc:
@@ -102,9 +102,9 @@ def live(args, prompts, out: Path) -> str:
     from hwprobe.models import moe_blocks
     from hwprobe.session import TokenProgress, build, oom_is_user_error
     from simmoe.errors import SimmoeError
-    from simmoe.routepredict import RoutePredictor
+    from simmoe.replay.route_prediction import RoutePredictor
     from simmoe.trace import ModelGeometry
-    from simmoe.validation import LiveRun, merge_passes
+    from simmoe.validation.live import LiveRun, merge_passes
 
     profile = _selection_profile(args)
     options = {}
@@ -118,7 +118,7 @@ def live(args, prompts, out: Path) -> str:
                             options=options)
     selector = make_live_selector(settings, profile)
     try:
-        from simmoe.routepredict import check_accuracy
+        from simmoe.replay.route_prediction import check_accuracy
 
         predictor_args = (check_accuracy(args.route_accuracy), args.route_seed)
         s = build(args)
@@ -209,10 +209,10 @@ def _no_gc_pauses():
 
 
 def _measured_profile(run, s) -> dict:
-    """The event-model parameters fitted to this run's own cycles (in-sample; see simmoe.validation)."""
+    """The event-model parameters fitted to this run's own cycles (in-sample; see simmoe.validation.live)."""
     from hwprobe.measured_profile import profile_dict
     from simmoe.errors import SimmoeError
-    from simmoe.validation import fit_timing
+    from simmoe.validation.live import fit_timing
 
     try:
         prof = fit_timing([run], name=f"hwprobe-live-{s.device.type}")

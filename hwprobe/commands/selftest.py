@@ -89,7 +89,7 @@ def run(args) -> int:
             tr = read_trace(trace_path)
             detail = f"{tr.num_positions} positions, {tr.num_nodes} nodes, valid"
             try:
-                from simmoe.engine import ReplayConfig, replay
+                from simmoe.replay.engine import ReplayConfig, replay
                 hw = str(prof_path) if prof_path.exists() else "a100-pcie-40gb"
                 replay(tr, ReplayConfig(selector="eagle3", slots=48 if gpu else 4, hardware=hw))
                 detail += f"; replayed (eagle3) on {'the calibrated profile' if prof_path.exists() else hw}"
@@ -98,7 +98,7 @@ def run(args) -> int:
             return True, detail
 
         def calibrate():
-            from simmoe.hardware import load_profile
+            from simmoe.hardware.profile import load_profile
             rc = hw_main(["calibrate", *common, "--limit", "1", "--boundaries", "0,2", "--repeats", "1",
                           "--slots", "48" if gpu else "4", "--out", str(prof_path)])
             if rc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from simmoe.engine import DEFAULT_PROFILE
+from simmoe.replay.engine import DEFAULT_PROFILE
 from simmoe.errors import SimmoeError
 
 DEFAULT_SLOTS = 48
@@ -55,7 +55,7 @@ def run(args) -> int:
 def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEFAULT_SLOTS,
                  requests: int | None = None, log=lambda msg: None) -> dict:
     """Everything ``simmoe bound`` prints, as a JSON-able dict (``requests``: the first N only)."""
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
     from simmoe.trace.io import read_trace

@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from simmoe.hardware import load_profile, save_profile
+    from simmoe.hardware.profile import load_profile, save_profile
 
     out = Path(args.output)
     if out.suffix != ".toml":
@@ -61,7 +61,7 @@ def run(args) -> int:
 
 
 def _fit_probes(args, base, name):
-    from simmoe.costfit import fit_cost_model, read_probes
+    from simmoe.hardware.costfit import fit_cost_model, read_probes
 
     rows = read_probes(args.probes)
     if args.kmax is not None and args.kmax < 0:
@@ -85,7 +85,7 @@ def _fit_probes(args, base, name):
 
 
 def _fit_trace(args, base, name):
-    from simmoe.costfit import TIMING_PARAMS, copy_bounds, fit_timing, replay_simulator, table3_targets
+    from simmoe.hardware.costfit import TIMING_PARAMS, copy_bounds, fit_timing, replay_simulator, table3_targets
     from simmoe.trace.io import read_trace
 
     free = [f.strip() for f in args.free.split(",") if f.strip()]

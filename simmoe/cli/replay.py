@@ -32,8 +32,8 @@ COLUMNS = [  # (counter, header, format)
 
 
 def register(sub) -> None:
-    from simmoe.engine import CACHE_POLICIES, DEFAULT_PROFILE, TIMING_MODELS
-    from simmoe.selectors import DEFAULT_SELECTORS, SELECTORS
+    from simmoe.replay.engine import CACHE_POLICIES, DEFAULT_PROFILE, TIMING_MODELS
+    from simmoe.replay.selectors import DEFAULT_SELECTORS, SELECTORS
 
     p = sub.add_parser(
         "replay",
@@ -81,11 +81,11 @@ def register(sub) -> None:
 def run(args) -> int:
     import os
 
-    from simmoe.engine import ReplayConfig, ar_baseline, replay_all
-    from simmoe.hardware import load_profile
-    from simmoe.metrics import speedup
+    from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.metrics import speedup
     from simmoe.atomicio import write_bytes_atomic, write_text_atomic
-    from simmoe.selectors import parse_selectors
+    from simmoe.replay.selectors import parse_selectors
     from simmoe.trace.io import read_trace
 
     names = parse_selectors(args.selectors)

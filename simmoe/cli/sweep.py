@@ -22,8 +22,8 @@ def _list(kind, text: str, convert):
 
 
 def register(sub) -> None:
-    from simmoe.engine import DEFAULT_PROFILE, TIMING_MODELS
-    from simmoe.selectors import DEFAULT_SELECTORS
+    from simmoe.replay.engine import DEFAULT_PROFILE, TIMING_MODELS
+    from simmoe.replay.selectors import DEFAULT_SELECTORS
 
     p = sub.add_parser(
         "sweep", help="Replay a grid of configurations in parallel into one table",
@@ -68,16 +68,16 @@ def register(sub) -> None:
 def run(args) -> int:
     import os
 
-    from simmoe.hardware import load_profile
-    from simmoe.selectors import parse_selectors
-    from simmoe.sweep import (Grid, cached_trace, check_output_path, config_key, read_table,
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.selectors import parse_selectors
+    from simmoe.sweep.grid import (Grid, cached_trace, check_output_path, config_key, read_table,
                               row_keys, run_sweep, write_table)
 
     check_output_path(args.out)
     if args.address is not None and args.engine != "ray":
         raise SimmoeError("--address needs --engine ray")
     if args.engine == "ray":
-        from simmoe.sweep_ray import require_ray
+        from simmoe.sweep.ray_engine import require_ray
 
         require_ray()
     for t in args.traces:
@@ -119,7 +119,7 @@ def run(args) -> int:
     if not todo:
         frame = old
     elif args.engine == "ray":
-        from simmoe.sweep_ray import run_sweep_ray
+        from simmoe.sweep.ray_engine import run_sweep_ray
 
         def report(done, total, path, cfg, row, error):
             state = (f"decode {row['decode_tps']:.2f} tok/s" if error is None else f"FAILED: {error}")

@@ -94,7 +94,7 @@ def run(args) -> int:
         if args.out or args.preset:
             raise SimmoeError("--calibration-report regenerates both presets; "
                               "do not combine it with --preset/--out")
-        from simmoe.calibration import write_report
+        from simmoe.synth.calibration import write_report
 
         write_report(args.calibration_report, seed=args.seed,
                      log=lambda s: print(s, file=sys.stderr))
@@ -164,7 +164,7 @@ def run(args) -> int:
         else:
             from pathlib import Path
 
-            from simmoe.calibration import atomic_write_text
+            from simmoe.synth.calibration import atomic_write_text
 
             atomic_write_text(Path(args.json), text + "\n")
     if args.json != "-":

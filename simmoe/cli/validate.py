@@ -37,9 +37,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run(args) -> int:
     from simmoe.errors import SimmoeError
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
     from simmoe.trace.io import read_trace
-    from simmoe.validation import (assert_exact, compare, fit_timing, format_table, profile_from_dict,
+    from simmoe.validation.live import (assert_exact, compare, fit_timing, format_table, profile_from_dict,
                                    read_live_passes, selector_time)
 
     for out in (args.json, args.cycles, args.save_profile):
@@ -92,7 +92,7 @@ def run(args) -> int:
                            for p, v in zip(args.live, results)], ignore_index=True)
         _write_atomic(Path(args.cycles), frame.to_csv(index=False))
     if args.save_profile:
-        from simmoe.hardware import save_profile
+        from simmoe.hardware.profile import save_profile
 
         save_profile(timing, args.save_profile, header="event model fitted to live cycles by simmoe validate")
     assert_exact(results)

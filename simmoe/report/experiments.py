@@ -34,12 +34,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from simmoe.engine import ReplayConfig, ar_baseline, replay_all
+from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
 from simmoe.errors import SimmoeError
-from simmoe.metrics import COUNTERS, speedup
+from simmoe.replay.metrics import COUNTERS, speedup
 from simmoe.report.published import PUBLISHED
 from simmoe.report.whatif import LINKS, bandwidth_profile
-from simmoe.selectors import SELECTORS
+from simmoe.replay.selectors import SELECTORS
 from simmoe.trace.schema import Trace
 from simmoe.trace.subset import head_requests
 
@@ -126,7 +126,7 @@ def search_ms(settings: ReportSettings, dataset: str, base_profile) -> float:
 
 def load_profiles(settings: ReportSettings) -> dict:
     """Name → profile: the base, the RTX 4090 and the link what-ifs derived from the base."""
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     base = load_profile(settings.hardware)
     rtx = load_profile(settings.hardware_rtx)
@@ -140,7 +140,7 @@ def load_profiles(settings: ReportSettings) -> dict:
 def experiment_configs(settings: ReportSettings, dataset: str, profiles: dict,
                        groups: tuple[str, ...] | None = None) -> list[tuple[str, ReplayConfig]]:
     """(experiment, configuration) pairs of every experiment (or of ``groups``), in report order."""
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     base = load_profile(settings.hardware)
     rtx = load_profile(settings.hardware_rtx)
@@ -194,10 +194,10 @@ def run_experiments(trace: Trace, path: str, settings: ReportSettings, *, worker
 
     Columns: experiment, trace, dataset, synthetic, the configuration
     (selector, slots, cache, hardware, link_gbps, route_accuracy,
-    selector_ms_fixed, requests_limit), :data:`simmoe.metrics.COUNTERS` and
+    selector_ms_fixed, requests_limit), :data:`simmoe.replay.metrics.COUNTERS` and
     ``speedup``.  ``progress(done, total)`` counts finished configurations.
     Cost: one selection pass per distinct plan and one cache and timing pass
-    per distinct configuration (:func:`simmoe.engine.replay_all`).
+    per distinct configuration (:func:`simmoe.replay.engine.replay_all`).
     """
     import pandas as pd
 
@@ -238,7 +238,7 @@ def run_experiments(trace: Trace, path: str, settings: ReportSettings, *, worker
 def table5_row(trace: Trace, path: str, settings: ReportSettings) -> dict:
     """SpecFit's Table 5 (App. A; :func:`simmoe.theory.table5.compute_table5`) on the first
     ``settings.requests`` requests, with the base profile's coefficients fitted with the cache."""
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
     from solvers import InvalidInput

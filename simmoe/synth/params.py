@@ -2,7 +2,7 @@
 
 One frozen dataclass holds every knob of the generative model documented in
 ``docs/synthetic-traces.md``; a preset is a named instance whose fitted
-fields were found by ``python -m simmoe.calibration fit`` against the
+fields were found by ``python -m simmoe.synth.calibration fit`` against the
 calibration set of ``CALIBRATION.md`` (and nothing else).
 """
 
@@ -115,7 +115,7 @@ class Preset:
     fitted_fields: tuple[str, ...] = field(default=())
 
 
-# Fitted values come from `python -m simmoe.calibration fit` (seed 0); the
+# Fitted values come from `python -m simmoe.synth.calibration fit` (seed 0); the
 # command prints them.  Model-level routing fields (popularity_sigma,
 # topic_sigma, token_share) are fitted on GSM8K only and shared.
 PRESETS: dict[str, Preset] = {

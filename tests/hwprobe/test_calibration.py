@@ -72,7 +72,7 @@ def test_nnls_recovers_known_coefficients():
 
 
 def test_calibrate_writes_a_profile_the_simulator_reads(tmp_path, prompts_file, capsys):
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     out = tmp_path / "probe.toml"
     rc = main(["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file), "--limit", "1",

@@ -218,7 +218,7 @@ def test_live_and_record_decode_with_the_shipped_head(tmp_path):
     """The EAGLE-3 drafter in the closed loop: recorded and live runs agree and are lossless (asserted by live)."""
     from hwprobe.cli import main
     from simmoe.trace.io import read_trace
-    from simmoe.validation import compare, fit_timing, read_live
+    from simmoe.validation.live import compare, fit_timing, read_live
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"question_id": 1, "category": "code",

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.torch
 
 def _cost_profile_toml(path):
     """A profile with cost models, for selectors that need b_k and beta (numbers made up, as any would do)."""
-    from simmoe.hardware import HardwareProfile, save_profile
+    from simmoe.hardware.profile import HardwareProfile, save_profile
 
     b = tuple(10.0 + 2.0 * k for k in range(8))
     save_profile(HardwareProfile(name="test-cost", description="test", source="test", copy_ms=0.1,
@@ -41,7 +41,7 @@ def _session(slots=2, agreement=0.7):
 
 def _run(model, backend, drafter, selector_name, *, slots, n=7, prompt=(1, 50, 60, 70, 50, 60), cost=None,
          row0=0, accuracy=1.0):
-    from simmoe.routepredict import RoutePredictor
+    from simmoe.replay.route_prediction import RoutePredictor
 
     from hwprobe.live import LiveSettings, live_request, make_live_selector
     from hwprobe.pool import PoolSpec
@@ -55,7 +55,7 @@ def _run(model, backend, drafter, selector_name, *, slots, n=7, prompt=(1, 50, 6
 
 @pytest.mark.parametrize("name", ["ar", "eagle3", "specfit", "oracle"])
 def test_live_request_is_lossless_and_counts_add_up(name, tmp_path):
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     from hwprobe.specdecode import greedy_generate
 
@@ -154,7 +154,7 @@ def loop(tmp_path_factory):
 
 
 def test_live_file_is_complete_and_described(loop):
-    from simmoe.validation import read_live
+    from simmoe.validation.live import read_live
 
     d, prompts, runs = loop
     run = read_live(runs["eagle3"])
@@ -170,7 +170,7 @@ def test_live_file_is_complete_and_described(loop):
 def test_replay_matches_live_selections_exactly(loop):
     """Identical pools, identical selections: same cycles, accepted tokens and cache copies."""
     from simmoe.trace.io import read_trace
-    from simmoe.validation import compare, fit_timing, read_live
+    from simmoe.validation.live import compare, fit_timing, read_live
 
     d, _, runs = loop
     tr = read_trace(d / "t.parquet")
@@ -185,7 +185,7 @@ def test_replay_matches_live_selections_exactly(loop):
 
 
 def test_repeated_passes_make_the_same_cycles_and_keep_each_minimum(loop):
-    from simmoe.validation import read_live
+    from simmoe.validation.live import read_live
 
     _, _, runs = loop
     once, rep = read_live(runs["eagle3"]), read_live(runs["repeated"])
@@ -226,7 +226,7 @@ def test_killed_run_leaves_a_readable_partial_file(loop, tmp_path, monkeypatch, 
     """Killed in request 2 of pass 1 (one request kept), or in request 2 of pass 2 (pass 1's two kept)."""
     import hwprobe.live as live
     from simmoe.errors import SimmoeError
-    from simmoe.validation import read_live
+    from simmoe.validation.live import read_live
 
     _, prompts, _ = loop
     real, calls = live.live_request, []

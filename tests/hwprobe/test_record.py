@@ -68,7 +68,7 @@ def test_recorded_output_is_greedy_and_agreement_is_the_targets(recorded):
 
 
 def test_replay_end_to_end(recorded):
-    from simmoe.engine import ReplayConfig, replay
+    from simmoe.replay.engine import ReplayConfig, replay
     from simmoe.trace.io import read_trace
 
     tr = read_trace(recorded[1])

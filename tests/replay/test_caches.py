@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simmoe.caches import POLICIES, make_cache
+from simmoe.replay.caches import POLICIES, make_cache
 from simmoe.errors import CheckFailed, SimmoeError
 
 

@@ -13,7 +13,7 @@ from simmoe.cli import main
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from simmoe.hardware import HardwareProfile, save_profile
+    from simmoe.hardware.profile import HardwareProfile, save_profile
     from simmoe.trace.io import write_trace
 
     d = tmp_path_factory.mktemp("replay")
@@ -45,8 +45,8 @@ def test_table_names_every_selector_and_says_synthetic(files, capsys):
 
 
 def test_json_results_match_the_engine(files, capsys):
-    from simmoe.engine import ReplayConfig, replay as engine_replay
-    from simmoe.hardware import load_profile
+    from simmoe.replay.engine import ReplayConfig, replay as engine_replay
+    from simmoe.hardware.profile import load_profile
 
     d, trace = files
     assert replay(files, "--slots", "4", "--selectors", "eagle3,ar", "--json", "-") == 0

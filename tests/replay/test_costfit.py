@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from simmoe.costfit import (
+from simmoe.hardware.costfit import (
     ProbeRow,
     derive_initial_a100,
     fit_cost_model,
@@ -21,7 +21,7 @@ from simmoe.costfit import (
     replay_simulator,
 )
 from simmoe.errors import SimmoeError
-from simmoe.hardware import load_profile
+from simmoe.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 

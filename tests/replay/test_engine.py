@@ -7,17 +7,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from factories import random_trace
-from simmoe.engine import ReplayConfig, plan, replay, simulate
+from simmoe.replay.engine import ReplayConfig, plan, replay, simulate
 from simmoe.errors import SimmoeError
-from simmoe.metrics import summarize
-from simmoe.selectors import SELECTORS
+from simmoe.replay.metrics import summarize
+from simmoe.replay.selectors import SELECTORS
 
 FAST = tuple(n for n in SELECTORS if n != "optimal")  # optimal has its own, smaller test
 
 
 def make_profile(**changes):
     """Timing with exact binary fractions, so sums are exact and results bit-reproducible."""
-    from simmoe.hardware import HardwareProfile
+    from simmoe.hardware.profile import HardwareProfile
 
     base = dict(name="test", description="engine tests", source="hand-written for tests",
                 copy_ms=0.5, copies_in_flight=2, forward_ms=64.0, expert_ms=0.125,

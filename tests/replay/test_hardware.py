@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from simmoe.errors import ProfileError
-from simmoe.hardware import (
+from simmoe.hardware.profile import (
     HardwareProfile,
     list_profiles,
     load_profile,

@@ -1,4 +1,4 @@
-"""The validation report (simmoe/predictions.py): subsets, rows, roles, determinism, CLI errors."""
+"""The validation report (simmoe/validation/published/): subsets, rows, roles, determinism, CLI errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from factories import random_trace
 from simmoe.errors import SimmoeError
-from simmoe.predictions import (
+from simmoe.validation.published import (
     GOALS,
     Row,
     main,
@@ -142,12 +142,12 @@ def quick_run(tmp_path_factory):
 
     Returns the first run's ``Predictions`` and both reports.
     """
-    from simmoe.predictions import Settings, render_markdown, run_predictions
+    from simmoe.validation.published import Settings, render_markdown, run_predictions
 
     folder = tmp_path_factory.mktemp("validation")
     cache = folder / "cache"
     pred = run_predictions(Settings(quick=True, workers=2, cache_dir=str(cache)))
-    first = render_markdown(pred, f"python -m simmoe.predictions --out {folder / 'a.md'} --quick")
+    first = render_markdown(pred, f"python -m simmoe.validation.published --out {folder / 'a.md'} --quick")
     assert sorted(p.name.split("-seed")[0] for p in cache.iterdir()) == [
         "cnndm", "cnndm-evict", "gsm8k", "gsm8k-evict"]
     assert main(["--out", str(folder / "b.md"), "--quick", "--quiet", "--cache-dir", str(cache)]) == 0
@@ -177,7 +177,7 @@ def test_report_structure_and_roles(quick_reports):
     text = quick_reports[0]
     pub = published()
     assert text.startswith("# Validation") and "SYNTHETIC" in text.splitlines()[0]
-    assert "QUICK RUN" in text and "Regenerate: `python -m simmoe.predictions" in text
+    assert "QUICK RUN" in text and "Regenerate: `python -m simmoe.validation.published" in text
     val_start = text.index("## Validation set")
     fit_start = text.index("## Fit set")
     counters = text.index("## Counters of every replay")
@@ -237,7 +237,7 @@ def test_published_values_in_rows_come_from_published_json(quick_run):
 
 def test_implied_union_inverts_the_no_cache_counters():
     """H2D/token built from a known union and prefill share gives that union back."""
-    from simmoe.predictions import implied_union
+    from simmoe.validation.published import implied_union
 
     L, k, union, committed, prefill = 48, 8, 21.5, 2.5, 16.7
     ar_h2d = L * k + prefill

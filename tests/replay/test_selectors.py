@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from factories import random_trace
 from simmoe.errors import SimmoeError
-from simmoe.routepredict import RoutePredictor, replace_routes
-from simmoe.selectors import (
+from simmoe.replay.route_prediction import RoutePredictor, replace_routes
+from simmoe.replay.selectors import (
     DEFAULT_SELECTORS,
     SELECTORS,
     Choice,

@@ -8,14 +8,14 @@ import pytest
 
 from factories import random_trace
 from simmoe.cli import main
-from simmoe.engine import ar_baseline, replay
+from simmoe.replay.engine import ar_baseline, replay
 from simmoe.errors import SimmoeError
-from simmoe.sweep import Grid, run_sweep, tasks_of, write_table
+from simmoe.sweep.grid import Grid, run_sweep, tasks_of, write_table
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from simmoe.hardware import HardwareProfile, save_profile
+    from simmoe.hardware.profile import HardwareProfile, save_profile
     from simmoe.trace.io import write_trace
 
     d = tmp_path_factory.mktemp("sweep")
@@ -42,7 +42,7 @@ def grid(d, **kw):
 
 
 def test_parallel_sweep_equals_one_by_one_replays(setup):
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
     from simmoe.trace.io import read_trace
 
     g = grid(setup)
@@ -65,7 +65,7 @@ def test_parallel_sweep_equals_one_by_one_replays(setup):
 
 
 def test_plans_are_shared_within_a_task(setup):
-    from simmoe.engine import plan_key
+    from simmoe.replay.engine import plan_key
 
     tasks = tasks_of(grid(setup).configs())
     for path, cfgs in tasks:

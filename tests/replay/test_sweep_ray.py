@@ -8,15 +8,15 @@ import pytest
 
 from factories import random_trace
 from simmoe.cli import main
-from simmoe.engine import ReplayConfig
-from simmoe.sweep import Grid, config_key, row_keys, run_sweep
+from simmoe.replay.engine import ReplayConfig
+from simmoe.sweep.grid import Grid, config_key, row_keys, run_sweep
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from simmoe.hardware import HardwareProfile, save_profile
+    from simmoe.hardware.profile import HardwareProfile, save_profile
     from simmoe.trace.io import write_trace
 
     d = tmp_path_factory.mktemp("sweep_ray")
@@ -54,7 +54,7 @@ def grid(d, **kw):
 
 
 def test_ray_table_equals_local_table(setup, ray_runtime):
-    from simmoe.sweep_ray import run_sweep_ray
+    from simmoe.sweep.ray_engine import run_sweep_ray
 
     g = grid(setup)
     seen = []
@@ -70,7 +70,7 @@ def test_ray_table_equals_local_table(setup, ray_runtime):
 
 
 def test_failed_configurations_are_reported_and_the_rest_complete(setup, ray_runtime):
-    from simmoe.sweep_ray import run_sweep_ray
+    from simmoe.sweep.ray_engine import run_sweep_ray
 
     g = grid(setup, selectors=("eagle3", "evict"), hardware=(str(setup / "no-evict.toml"),),
              route_accuracy=(1.0,), caches=("lru",))
@@ -98,7 +98,7 @@ def test_local_engine_reports_failures_and_completes_the_rest(setup, workers):
 def test_a_dead_local_worker_fails_its_configurations_not_the_sweep(setup, monkeypatch):
     import os
 
-    import simmoe.sweep as sweep
+    import simmoe.sweep.grid as sweep
 
     real = sweep.replay
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simmoe.errors import SimmoeError
-from simmoe.hardware import HardwareProfile, load_profile
-from simmoe.timing import (
+from simmoe.hardware.profile import HardwareProfile, load_profile
+from simmoe.replay.timing import (
     CycleTimer,
     closed_forward,
     drawn_copy_forward,

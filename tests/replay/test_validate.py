@@ -1,4 +1,4 @@
-"""simmoe.validation and `simmoe validate`: live-run files, timing fit, trace/live comparison.
+"""simmoe.validation.live and `simmoe validate`: live-run files, timing fit, trace/live comparison.
 
 A "live run" here is synthesised from a replay of a small random trace under
 known timing parameters (plus noise where said), so that the expected
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simmoe.engine import ReplayConfig, replay
+from simmoe.replay.engine import ReplayConfig, replay
 from simmoe.errors import CheckFailed, SimmoeError
-from simmoe.hardware import HardwareProfile
-from simmoe.validation import (LIVE_FORMAT, LiveRun, check_compatible, compare, fit_timing, read_live)
+from simmoe.hardware.profile import HardwareProfile
+from simmoe.validation.live import (LIVE_FORMAT, LiveRun, check_compatible, compare, fit_timing, read_live)
 from tests.factories import random_trace
 
 
@@ -123,7 +123,7 @@ def test_changed_acceptance_is_caught():
     live = LiveRun.from_records(live_meta(tr, "eagle3", 3), recs)
     v = compare(tr, live, prof, selector_ms=0.0)
     assert not v.accepted_match and v.errors["accepted_mismatches"] >= 1
-    from simmoe.validation import assert_exact
+    from simmoe.validation.live import assert_exact
     with pytest.raises(CheckFailed):
         assert_exact([v])
 
@@ -219,7 +219,7 @@ def test_read_live_round_trip_and_errors(tmp_path):
 # -- the command --------------------------------------------------------------
 def test_cli_validate_end_to_end_and_bad_input(tmp_path, capsys):
     from simmoe.cli import main
-    from simmoe.hardware import save_profile
+    from simmoe.hardware.profile import save_profile
     from simmoe.trace.io import write_trace
 
     tr = hwprobe_trace(10, num_requests=3, output_len=(8, 12))
@@ -256,8 +256,8 @@ def test_cli_validate_end_to_end_and_bad_input(tmp_path, capsys):
 
 
 def test_derived_cost_model_is_the_event_model_of_a_full_depth_cycle():
-    from simmoe.timing import CycleTimer
-    from simmoe.validation import derived_cost_model
+    from simmoe.replay.timing import CycleTimer
+    from simmoe.validation.live import derived_cost_model
 
     prof = derived_cost_model(profile(), depth=5, K=7, miss_fraction=0.25)
     timer = CycleTimer(prof, model="closed", cache=False)
@@ -272,7 +272,7 @@ def test_derived_cost_model_is_the_event_model_of_a_full_depth_cycle():
 
 
 def test_noise_floor_is_zero_for_a_deterministic_run_and_grows_with_noise():
-    from simmoe.validation import noise_floor
+    from simmoe.validation.live import noise_floor
 
     tr = hwprobe_trace(11, num_requests=3, output_len=(20, 30))
     assert noise_floor(make_live(tr, "ar", 2)) == pytest.approx(0, abs=1e-12)
@@ -282,7 +282,7 @@ def test_noise_floor_is_zero_for_a_deterministic_run_and_grows_with_noise():
 # -- repeated passes -----------------------------------------------------------
 def _passes(trace, n, seed, selector="eagle3", slots=3):
     """``n`` passes of one run: the same cycles, every time scaled by its own random factor ≥ 1."""
-    from simmoe.validation import _split_requests
+    from simmoe.validation.live import _split_requests
 
     rng = np.random.default_rng(seed)
     base = live_records(trace, selector, slots, profile())
@@ -304,7 +304,7 @@ def _passes(trace, n, seed, selector="eagle3", slots=3):
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(1, 4))
 def test_merged_passes_keep_each_part_at_its_minimum(seed, n):
-    from simmoe.validation import merge_passes
+    from simmoe.validation.live import merge_passes
 
     tr = hwprobe_trace(seed % 7, num_requests=2, output_len=(4, 9))
     passes = _passes(tr, n, seed)
@@ -331,7 +331,7 @@ def test_merged_passes_keep_each_part_at_its_minimum(seed, n):
 @pytest.mark.parametrize("field,value", [("copies", [99]), ("selected", [0, 1, 2, 3, 4, 5, 6, 7]),
                                          ("committed", 0)])
 def test_passes_that_made_other_cycles_are_refused(field, value):
-    from simmoe.validation import merge_passes
+    from simmoe.validation.live import merge_passes
 
     tr = hwprobe_trace(3, num_requests=2, output_len=(6, 9))
     passes = _passes(tr, 3, 0)
@@ -347,7 +347,7 @@ def test_passes_that_made_other_cycles_are_refused(field, value):
 def test_pass_files_merge_and_other_runs_are_refused(tmp_path, capsys):
     from simmoe.cli import main
     from simmoe.trace.io import write_trace
-    from simmoe.validation import read_live_passes
+    from simmoe.validation.live import read_live_passes
 
     tr = hwprobe_trace(4, num_requests=2, output_len=(6, 10))
     files = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from report_traces import small
-from simmoe.engine import ReplayConfig, ar_baseline, replay
+from simmoe.replay.engine import ReplayConfig, ar_baseline, replay
 from simmoe.report.experiments import (
     ReportSettings,
     dataset_of,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simmoe.errors import ProfileError
-from simmoe.hardware import load_profile
+from simmoe.hardware.profile import load_profile
 from simmoe.report.whatif import LINKS, bandwidth_profile, copy_ms_per_expert
 
 BASE = load_profile("a100-pcie-40gb")
@@ -43,7 +43,7 @@ def test_published_link_copy_times():
 
 def test_faster_link_never_slows_ar_without_cache():
     from factories import random_trace
-    from simmoe.engine import ReplayConfig, replay
+    from simmoe.replay.engine import ReplayConfig, replay
 
     trace = random_trace(7, num_requests=2, output_len=(6, 9), pool_nodes=0, L=3, N=12, k=2)
     cfg = ReplayConfig(selector="ar", slots=0, cache="none", hardware="x")

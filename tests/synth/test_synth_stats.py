@@ -184,7 +184,7 @@ def test_topic_concentrates_a_requests_experts():
 
 
 def test_lru_counter_agrees_with_the_simulator_cache():
-    from simmoe.caches import make_cache
+    from simmoe.replay.caches import make_cache
 
     tr = generate(TINY, seed=17)
     g = tr.geometry

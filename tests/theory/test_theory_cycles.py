@@ -80,7 +80,7 @@ def test_accepted_length_matches_brute_force(seed, data):
 
 
 def test_cycle_starts_match_the_replay_engine():
-    engine = pytest.importorskip("simmoe.engine")
+    engine = pytest.importorskip("simmoe.replay.engine")
     trace = random_trace(7, num_requests=3, output_len=(6, 14), agree_rate=0.8)
     cost = CostModel([3.0, 3.1, 3.3, 3.4, 3.6, 3.7, 3.9, 4.0], 0.15)
 

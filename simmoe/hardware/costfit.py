@@ -17,7 +17,7 @@ Two fits live here.
    ``scipy.optimize.least_squares``.  Two simulators are provided:
    :func:`mean_count_simulator` (the analytic derivation of the shipped
    A100 profile: Table 3's per-layer counts in the event model) and
-   :func:`replay_simulator` (replays a trace through :mod:`simmoe.engine`).
+   :func:`replay_simulator` (replays a trace through :mod:`simmoe.replay.engine`).
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def table3_counts(prefill_cached_per_layer: float = 46.3, specfit_levels_no_cach
 
 def _mean_layer(h: float, m: float, a: float, e: float, x: float, c: int) -> float:
     """Event-model layer time at fractional mean counts: bilinear in the neighbouring integers."""
-    from simmoe.timing import fixed_copy_forward
+    from simmoe.replay.timing import fixed_copy_forward
 
     total = 0.0
     for mm, wm in ((math.floor(m), 1 - (m - math.floor(m))), (math.floor(m) + 1, m - math.floor(m))):
@@ -361,9 +361,9 @@ def replay_simulator(trace, profile, *, configs: Sequence[tuple[str, bool]] | No
     profile's ``selector_ms`` so that a fit does not depend on the speed of
     the machine it runs on; ``None`` uses the time measured while planning.
     Returns {"<selector>/<cache|no_cache>/<quantity>": value} for the
-    summary quantities of :func:`simmoe.metrics.summarize`.
+    summary quantities of :func:`simmoe.replay.metrics.summarize`.
     """
-    from simmoe.engine import ReplayConfig, replay
+    from simmoe.replay.engine import ReplayConfig, replay
 
     configs = list(configs or TABLE3_MS_PER_CYCLE)
     plans: dict = {}

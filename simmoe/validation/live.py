@@ -3,7 +3,7 @@
 A live run (``hwprobe live``) decodes the same prompts as a recording
 (``hwprobe record``) with one selector and one cache size, measuring every
 cycle.  Greedy verification is lossless and the live loop builds the same
-pools and calls the selector exactly as :func:`simmoe.engine.plan` does, so
+pools and calls the selector exactly as :func:`simmoe.replay.engine.plan` does, so
 the replay of the trace under the live run's selector, slots and route
 information must make the same cycles: the same positions, the same
 selections, the same accepted tokens (checked exactly).  What the replay
@@ -22,7 +22,7 @@ The replay's event-model parameters are fitted to measured cycles by
   model charges to drafting cycles only;
   on a CPU the "copy" is a memcpy on the compute thread, so the profile says
   ``overlap = false`` and ``copies_in_flight = 1``, under which the event
-  model (:mod:`simmoe.timing`) is exactly this linear form;
+  model (:mod:`simmoe.replay.timing`) is exactly this linear form;
 * drafting of d levels ≈ draft_fixed_ms + draft_level_ms·d, from every
   prefix of every measured pool's per-level times;
 * commit_ms = the mean commit time; prefill_token_ms = the median of
@@ -308,13 +308,13 @@ def _nnls(A: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, trim: float
 
 
 def fit_timing(runs: list[LiveRun], *, name: str = "fitted-live", base=None):
-    """A :class:`~simmoe.hardware.HardwareProfile` whose event model is fitted to ``runs`` (module docstring).
+    """A :class:`~simmoe.hardware.profile.HardwareProfile` whose event model is fitted to ``runs`` (module docstring).
 
     ``base`` supplies everything not fitted (the selectors' cost models b_k,
     β and C(k)); by default the first run's selection profile, if any.
     O(cycles · L) plus small least-squares problems.
     """
-    from simmoe.hardware import HardwareProfile, validate
+    from simmoe.hardware.profile import HardwareProfile, validate
 
     if not runs:
         raise SimmoeError("no live runs to fit the timing to")
@@ -403,7 +403,7 @@ def selector_time(runs: list[LiveRun], selector: str) -> float | None:
 
 def profile_from_dict(d: dict):
     """A profile from the JSON form ``hwprobe`` writes into metadata (``measured_profile.profile_dict``)."""
-    from simmoe.hardware import HardwareProfile, validate
+    from simmoe.hardware.profile import HardwareProfile, validate
     import dataclasses
 
     names = {f.name: f for f in dataclasses.fields(HardwareProfile)}
@@ -512,7 +512,7 @@ def _rel(a: float, b: float) -> float:
 
 def replay_config_for(live: LiveRun, hardware_name: str, selector_ms: float | None = None):
     """The replay configuration that repeats the live run's selections (``selector_ms``: as ReplayConfig)."""
-    from simmoe.engine import ReplayConfig
+    from simmoe.replay.engine import ReplayConfig
 
     m = live.meta
     slots = int(m["slots"])
@@ -532,7 +532,7 @@ def compare(trace, live: LiveRun, profile, *, selector_ms: float | None = None) 
     """
     import pandas as pd
 
-    from simmoe.engine import replay
+    from simmoe.replay.engine import replay
 
     check_compatible(trace, live)
     config = replay_config_for(live, profile.name, selector_ms)

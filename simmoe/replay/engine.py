@@ -19,7 +19,7 @@ The replay has two passes, because selections never depend on the cache:
 2. :func:`simulate` replays the demands through an expert cache (state
    carried over between requests, starting empty: SpecFit App. B), the
    prefill of every request first, and times every forward with the
-   profile's :class:`~simmoe.timing.CycleTimer`.
+   profile's :class:`~simmoe.replay.timing.CycleTimer`.
 
 One plan serves every cache policy and size, which is what makes a sweep
 cheap.  :func:`replay` runs both for one :class:`ReplayConfig`.
@@ -34,8 +34,8 @@ from typing import Any, Callable
 import numpy as np
 
 from simmoe.errors import CheckFailed, SimmoeError
-from simmoe.routepredict import RoutePredictor, check_accuracy
-from simmoe.selectors import (
+from simmoe.replay.route_prediction import RoutePredictor, check_accuracy
+from simmoe.replay.selectors import (
     PoolView,
     SelectorContext,
     accepted_length,
@@ -182,7 +182,7 @@ def plan(trace, config: ReplayConfig, profile=None, *,
     config = config.validate()
     if profile is None and (SELECTORS[config.selector].uses_cost
                             or SELECTORS[config.selector].uses_evict_cost):
-        from simmoe.hardware import load_profile
+        from simmoe.hardware.profile import load_profile
 
         profile = load_profile(config.hardware)
     g = trace.geometry
@@ -298,7 +298,7 @@ class ReplayResult:
     lambda_star: float | None = None
 
     def summary(self) -> dict[str, float]:
-        from simmoe.metrics import summarize
+        from simmoe.replay.metrics import summarize
 
         return summarize(self.cycles, self.requests)
 
@@ -331,9 +331,9 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
     loads its expert union into the cache and is timed by the profile.
     O(forwards · (cache + timer)).
     """
-    from simmoe.caches import make_cache
-    from simmoe.hardware import load_profile
-    from simmoe.timing import CycleTimer
+    from simmoe.replay.caches import make_cache
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.timing import CycleTimer
 
     config = config.validate()
     if profile is None:
@@ -431,7 +431,7 @@ def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = No
     """Replay ``trace`` under ``config``.  ``plans`` memoizes selections across calls."""
     config = config.validate()
     if profile is None:
-        from simmoe.hardware import load_profile
+        from simmoe.hardware.profile import load_profile
 
         profile = load_profile(config.hardware)
     key = plan_key(config)
@@ -480,7 +480,7 @@ def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None,
     """
     configs = [c.validate() for c in configs]
     if profiles is None:
-        from simmoe.hardware import load_profile
+        from simmoe.hardware.profile import load_profile
 
         profiles = {}
         for c in configs:

@@ -2,7 +2,7 @@
 
 A profile holds three things (format in ``docs/hardware-profiles.md``):
 
-* the event model's parameters (:mod:`simmoe.timing`): copy time per expert
+* the event model's parameters (:mod:`simmoe.replay.timing`): copy time per expert
   and copies in flight, the fixed non-expert time of a forward, compute
   time per executed expert, drafting time per level, commit and selector
   overheads;
@@ -12,7 +12,7 @@ A profile holds three things (format in ``docs/hardware-profiles.md``):
 * provenance: ``source`` says whether the numbers were fitted to published
   figures (and which) or measured by ``hwprobe`` on a device.
 
-Shipped profiles live in ``simmoe/profiles/<name>.toml``; any other path to
+Shipped profiles live in ``simmoe/hardware/profiles/<name>.toml``; any other path to
 a ``.toml`` file works too.  :func:`save_profile` writes the same format
 atomically, so ``hwprobe calibrate`` and ``simmoe fit`` produce files that
 :func:`load_profile` reads back unchanged.
@@ -252,7 +252,7 @@ def validate(p: HardwareProfile) -> HardwareProfile:
 # load / list / save
 # --------------------------------------------------------------------------
 def list_profiles() -> list[str]:
-    """Names of the shipped profiles (``simmoe/profiles/*.toml``), sorted."""
+    """Names of the shipped profiles (``simmoe/hardware/profiles/*.toml``), sorted."""
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
 
 

@@ -3,10 +3,10 @@
 The grid is the product selectors × slots × cache policies × hardware
 profiles × route accuracies × traces.  Configurations that share a selection
 plan (same trace, selector, cost model and route information: see
-:func:`simmoe.engine.plan_key`) form one task, so each plan is computed once
+:func:`simmoe.replay.engine.plan_key`) form one task, so each plan is computed once
 and replayed through every cache configuration of its task.  Tasks run in
 ``workers`` processes (:mod:`concurrent.futures`); every row is the same as
-a one-by-one :func:`simmoe.engine.replay` of its configuration, because
+a one-by-one :func:`simmoe.replay.engine.replay` of its configuration, because
 plans and timing draws depend only on the configuration and its seed (with
 measured selector times, only the selector time itself differs from run to
 run).
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from simmoe.atomicio import write_bytes_atomic, write_text_atomic
-from simmoe.engine import ReplayConfig, ar_baseline, plan_key, replay
+from simmoe.replay.engine import ReplayConfig, ar_baseline, plan_key, replay
 from simmoe.errors import SimmoeError
-from simmoe.metrics import COUNTERS, speedup
-from simmoe.selectors import SELECTORS
+from simmoe.replay.metrics import COUNTERS, speedup
+from simmoe.replay.selectors import SELECTORS
 
 @dataclass(frozen=True)
 class Grid:
@@ -79,7 +79,7 @@ def cached_trace(path: str):
 
 def _profile(name: str):
     if name not in _PROFILES:
-        from simmoe.hardware import load_profile
+        from simmoe.hardware.profile import load_profile
 
         _PROFILES[name] = load_profile(name)
     return _PROFILES[name]

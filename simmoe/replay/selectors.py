@@ -51,7 +51,7 @@ class PoolView:
     """The pool at one position row, as a selector may see it.
 
     ``root_routes`` / ``node_routes`` are the routes supplied to the selector
-    (exact or predicted, :mod:`simmoe.routepredict`); ``agree`` is the
+    (exact or predicted, :mod:`simmoe.replay.route_prediction`); ``agree`` is the
     target's verdict, which only the oracle reads.
     """
 

@@ -1,8 +1,8 @@
-"""The sweep on a Ray cluster: the same grid, tasks and rows as :func:`simmoe.sweep.run_sweep`.
+"""The sweep on a Ray cluster: the same grid, tasks and rows as :func:`simmoe.sweep.grid.run_sweep`.
 
 Ray is an optional extra (``pip install 'simmoe[ray]'``).  The driver
 groups configurations into tasks exactly as the local engine does
-(:func:`simmoe.sweep.tasks_of`: one task per trace and selection plan, the
+(:func:`simmoe.sweep.grid.tasks_of`: one task per trace and selection plan, the
 AR-without-cache baselines added), puts each trace into Ray's object store
 once (its numpy arrays are shared read-only with workers on the same node)
 and the hardware profiles once, and submits one Ray task per plan.  Rows
@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from simmoe.engine import ReplayConfig
+from simmoe.replay.engine import ReplayConfig
 from simmoe.errors import SimmoeError
-from simmoe.selectors import SELECTORS
-from simmoe.sweep import Failure, assemble, cached_trace, replay_task, tasks_of  # noqa: F401 (Failure: API)
+from simmoe.replay.selectors import SELECTORS
+from simmoe.sweep.grid import Failure, assemble, cached_trace, replay_task, tasks_of  # noqa: F401 (Failure: API)
 
 
 def require_ray():
@@ -53,14 +53,14 @@ def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = 
 
     Returns ``(frame, failures)``: a pandas DataFrame in the order of
     ``configs`` (failed configurations left out) with the same columns as
-    :func:`simmoe.sweep.run_sweep`, and a list of :class:`Failure`.
+    :func:`simmoe.sweep.grid.run_sweep`, and a list of :class:`Failure`.
     ``on_result(done, total, trace, config, row, error)`` reports each
     configuration as its task finishes (baselines added for the speedups
     included).
     """
     import pandas as pd
 
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     ray = require_ray()
     configs = list(grid.configs() if configs is None else configs)

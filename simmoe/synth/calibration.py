@@ -8,8 +8,8 @@ apart, never fitted.
 
 Commands::
 
-    python -m simmoe.calibration fit      # search the fitted parameters, print them
-    python -m simmoe.calibration report reports/calibration.md   # = simmoe synth --calibration-report
+    python -m simmoe.synth.calibration fit      # search the fitted parameters, print them
+    python -m simmoe.synth.calibration report reports/calibration.md   # = simmoe synth --calibration-report
 
 The fit is staged so that each stage has as many targets as free
 parameters and uses common random numbers (the generator's streams are
@@ -253,13 +253,13 @@ def write_report(path: str | os.PathLike, seed: int = 0, log=print) -> str:
     lines = ["# Calibration of the synthetic presets", "",
              "All traces here are **synthetic** (`simmoe synth`), not recorded on hardware.",
              f"Regenerate with `simmoe synth --calibration-report {path}` (seed {seed}); "
-             "the fitted parameters come from `python -m simmoe.calibration fit`.",
+             "the fitted parameters come from `python -m simmoe.synth.calibration fit`.",
              "Targets are SpecFit's published figures (`published.json`); the split into "
              "fitted and predicted figures follows CALIBRATION.md. H2D figures count expert "
              "copies per output token including prefill, cache empty at the start and carried "
              "across requests; the LRU counter is the generator's own "
              "(`simmoe.synth.stats.LRUCounter`, which counts the same copies as "
-             "`simmoe.caches`' `lru` policy).",
+             "`simmoe.replay.caches`' `lru` policy).",
              "GSM8K's routing fields were fitted on 12 of its 80 requests (every 7th, from "
              "question 402) to keep the fit affordable; the full-size values below are what "
              "the shipped presets achieve.",
@@ -267,7 +267,7 @@ def write_report(path: str | os.PathLike, seed: int = 0, log=print) -> str:
              "the `a100-pcie-40gb` profile fitted to Table 3's ms/cycle, and every Table 3 row "
              "(decode TPS, draft nodes, committed, cycles, ms/cycle, H2D/token) replayed with "
              "it — is listed with target, achieved and error in the *Fit set* section of "
-             "`reports/validation.md` (`python -m simmoe.predictions`); the derivation of the "
+             "`reports/validation.md` (`python -m simmoe.validation.published`); the derivation of the "
              "profile is in `docs/hardware-profiles.md`.", ""]
     for name, preset in PRESETS.items():
         t0, c0 = time.perf_counter(), time.process_time()
@@ -327,7 +327,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simmoe.calibration")
+    ap = argparse.ArgumentParser(prog="python -m simmoe.synth.calibration")
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit", help="search the fitted parameters and print them")
     f.add_argument("--seed", type=int, default=0)

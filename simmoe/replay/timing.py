@@ -53,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from simmoe.errors import SimmoeError
-from simmoe.hardware import HardwareProfile
+from simmoe.hardware.profile import HardwareProfile
 
 TIMING_MODELS = ("event", "simpy", "closed")
 

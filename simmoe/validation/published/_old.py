@@ -1,6 +1,6 @@
 """The simulator's predictions of the published figures, beside them: ``reports/validation.md``.
 
-``python -m simmoe.predictions --out reports/validation.md [--quick]``
+``python -m simmoe.validation.published --out reports/validation.md [--quick]``
 
 Runs, on seeded synthetic traces (``simmoe.synth``), the replays behind every
 figure of ``shared/design/CALIBRATION.md`` and writes one markdown report:
@@ -83,7 +83,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class Settings:
-    """What ``python -m simmoe.predictions`` runs."""
+    """What ``python -m simmoe.validation.published`` runs."""
 
     seed: int = 0
     quick: bool = False
@@ -183,7 +183,7 @@ class Run:
 
 
 def _config(run: Run, dataset: str):
-    from simmoe.engine import ReplayConfig
+    from simmoe.replay.engine import ReplayConfig
 
     sel_ms = SPECFIT_SELECTOR_MS[dataset] if run.selector == "specfit" else 0.0
     return ReplayConfig(selector=run.selector, slots=run.slots,
@@ -240,8 +240,8 @@ def _extra(res, num_layers: int) -> dict[str, float]:
 def run_replays(traces: dict[str, Trace], runs: list[Run], *, workers: int,
                 log: Callable[[str], None]) -> dict[str, RunResult]:
     """Replay every run, one ``replay_all`` per trace (plans shared between configurations)."""
-    from simmoe.engine import replay_all
-    from simmoe.hardware import load_profile
+    from simmoe.replay.engine import replay_all
+    from simmoe.hardware.profile import load_profile
 
     profiles = {name: load_profile(name) for name in {r.hardware for r in runs}}
     out: dict[str, RunResult] = {}
@@ -260,7 +260,7 @@ def run_replays(traces: dict[str, Trace], runs: list[Run], *, workers: int,
 
 def table5(trace: Trace) -> dict[str, float]:
     """SpecFit Table 5 on ``trace`` as ``simmoe bound --slots 48`` computes it (A100, cached coefficients)."""
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
 
@@ -612,7 +612,7 @@ def describe_trace(trace: Trace) -> dict[str, Any]:
 
 def run_predictions(settings: Settings, *, log: Callable[[str], None] = lambda s: None) -> Predictions:
     """Generate (or read) the traces, run every replay and Table 5, and build the rows."""
-    from simmoe.hardware import load_profile
+    from simmoe.hardware.profile import load_profile
 
     pub = published()
     traces: dict[str, Trace] = {}
@@ -1029,7 +1029,7 @@ def _analysis(pred: Predictions) -> str:
 # --------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m simmoe.predictions",
+        prog="python -m simmoe.validation.published",
         description="Replay synthetic traces for every published figure of CALIBRATION.md and write "
                     "the validation report (validation set with goals, fit set apart).")
     p.add_argument("--out", required=True, metavar="FILE.md", help="report to write (markdown)")
@@ -1049,7 +1049,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _command_line(args: argparse.Namespace) -> str:
-    cmd = ["python -m simmoe.predictions", f"--out {args.out}"]
+    cmd = ["python -m simmoe.validation.published", f"--out {args.out}"]
     if args.quick:
         cmd.append("--quick")
     if args.seed != 0:
@@ -1090,10 +1090,10 @@ def main(argv=None) -> int:
         text = render_markdown(pred, _command_line(args))
         write_text_atomic(Path(args.out), text.rstrip("\n") + "\n")
     except SimmoeError as exc:
-        print(f"simmoe.predictions: error: {exc}", file=sys.stderr)
+        print(f"simmoe.validation.published: error: {exc}", file=sys.stderr)
         return 2
     except CheckFailed as exc:
-        print(f"simmoe.predictions: self-check failed: {exc}", file=sys.stderr)
+        print(f"simmoe.validation.published: self-check failed: {exc}", file=sys.stderr)
         return 3
     val = [r for r in pred.rows if r.role == "validate" and r.goal]
     npass = sum(r.status == "PASS" for r in val)

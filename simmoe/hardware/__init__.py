@@ -1,0 +1,15 @@
+"""Hardware profiles and the fitting of their cost models.
+
+* :mod:`~simmoe.hardware.profile` — a profile (timing parameters of one GPU,
+  host link and model; the selectors' cost models) read from and written to
+  TOML; shipped profiles in ``simmoe/hardware/profiles/``;
+* :mod:`~simmoe.hardware.costfit` — NNLS refit of SpecFit's b_k and β
+  (App. B) and the replay-based fit of the timing parameters (``simmoe fit``).
+
+The profile API is importable from here as well.
+"""
+
+from simmoe.hardware.profile import (PROFILE_DIR, HardwareProfile, list_profiles, load_profile,
+                                     save_profile)
+
+__all__ = ["PROFILE_DIR", "HardwareProfile", "list_profiles", "load_profile", "save_profile"]
