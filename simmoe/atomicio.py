@@ -1,15 +1,21 @@
 """Atomic file output: a temp file in the same folder, then ``os.replace``.
 
 Every file the toolkit writes goes through here, so that a killed or failed
-run never leaves a half-written file under the output name.
+run never leaves a half-written file under the output name.  The temp file
+is ``.NAME.PID.XXXXXXXX.tmp`` next to ``NAME``; a run killed outright
+(SIGKILL, power loss) cannot remove its own, so the next write of ``NAME``
+removes those whose process no longer runs.  A path that cannot be written
+(an existing folder, a missing folder, no permission, a full disk) is a
+:class:`SimmoeError` naming it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from simmoe.errors import SimmoeError
 
@@ -24,21 +30,82 @@ def write_atomic(path, write: Callable[[str], object]) -> Path:
     """Call ``write(tmp_path)``, then move the result onto ``path``; nothing is left on failure.
 
     The file gets the usual mode for new files (``mkstemp`` would leave 0600).
+    :class:`SimmoeError` when ``path`` is a folder, its folder does not exist, or
+    the file system refuses (the error's text, e.g. no permission, no space).
     """
     path = Path(path)
+    check_writable(path)
     folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise SimmoeError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    remove_stale_temps(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise SimmoeError(f"cannot write {path}: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if path.is_dir():
+            raise SimmoeError(f"cannot write {path}: it is a folder; give a file name") from None
+        other = exc.filename if exc.filename not in (None, tmp, str(path)) else None
+        raise SimmoeError(f"cannot write {path}: {exc.strerror or exc}"
+                          + (f" ({other})" if other else "")) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def check_writable(path) -> None:
+    """Refuse, before any work, an output path that is a folder or lies in a missing folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise SimmoeError(f"cannot write {path}: it is a folder; give a file name")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise SimmoeError(f"cannot write {path}: folder {folder} does not exist")
+
+
+def _temp_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"\.{re.escape(name)}\.(\d+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True   # another user's process (or not a pid we can ask about): keep its file
+    return True
+
+
+def remove_stale_temps(path) -> list[Path]:
+    """Remove the temp files of ``path`` left by writers that no longer run; returns them.
+
+    Only files named like this module's temps of the same output
+    (``.NAME.PID.XXXXXXXX.tmp``) whose PID is not a running process are
+    removed, so a concurrent writer of the same file keeps its temp file.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    pattern, removed = _temp_pattern(path.name), []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_running(int(m.group(1))):
+            try:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+            except OSError:
+                pass
+    return removed
 
 
 def write_bytes_atomic(path, data: bytes) -> Path:
@@ -47,3 +114,70 @@ def write_bytes_atomic(path, data: bytes) -> Path:
 
 def write_text_atomic(path, text: str) -> Path:
     return write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_folder_atomic(out, files: dict) -> list[Path]:
+    """Write ``files`` (path under ``out`` → bytes) so that ``out`` shows all of them or none.
+
+    The new tree is built in a hidden sibling folder: the other files already in
+    ``out`` are hard-linked into it (copied where links are not possible), the
+    new files written over them, and the two folders are then swapped by two
+    renames.  A run killed before the swap leaves ``out`` as it was (the hidden
+    folder is removed by the next run); one killed between the two renames (a
+    window of microseconds) leaves the old folder under a hidden name, which
+    :func:`recover_folder` puts back.
+    """
+    import shutil
+
+    out = Path(out)
+    recover_folder(out)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    try:
+        if out.is_dir():
+            shutil.copytree(out, staging, dirs_exist_ok=True, copy_function=_link_or_copy,
+                            symlinks=True)
+        for path, data in files.items():
+            target = staging / Path(path).relative_to(out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)   # never write through a hard link into the old tree
+            target.write_bytes(data)
+            os.chmod(target, 0o666 & ~_umask())
+        os.chmod(staging, 0o777 & ~_umask())
+        if out.is_dir():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            old.rmdir()
+            os.rename(out, old)
+            os.rename(staging, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [Path(p) for p in files]
+
+
+def recover_folder(out) -> None:
+    """Undo what a killed :func:`write_folder_atomic` left: restore ``out``, drop staging folders."""
+    import shutil
+
+    out = Path(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        return
+    olds = sorted(parent.glob(f".{out.name}.old-*"))
+    if olds and not out.exists():
+        os.rename(olds[-1], out)
+        olds = olds[:-1]
+    for stale in olds + sorted(parent.glob(f".{out.name}.new-*")):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _link_or_copy(src, dst):
+    import shutil
+
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return dst

@@ -3,8 +3,14 @@
 Conventions: tests of ``solvers/`` live in ``tests/solvers``, of traces in
 ``tests/trace``, of the replay in ``tests/replay``, of ``hwprobe`` in
 ``tests/hwprobe`` (marked ``torch``; skipped when torch is absent).  Tests
-slower than a few seconds are marked ``slow``.  Hypothesis profiles: ``ci``
-(default, bounded examples) and ``dev``.
+slower than a few seconds are marked ``slow``.
+
+Hypothesis profiles: ``ci`` (chosen when the ``CI`` environment variable is
+set, as ``.ci/run`` runs): derandomized, so a CI run tries the same examples
+every time and a counterexample found elsewhere is a local finding, not a
+random CI failure; ``dev`` (the default elsewhere): the same budget, random,
+so developers' runs keep searching; ``thorough``: five times the examples.
+``HYPOTHESIS_PROFILE`` overrides the choice.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/factories.py
 
-settings.register_profile("ci", max_examples=60, deadline=None,
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("dev", max_examples=300, deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile("dev", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=300, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 @pytest.fixture

@@ -69,3 +69,21 @@ def test_ci_runs_the_readme_test_command():
     assert len(test_cmd) == 1
     cmd = test_cmd[0].split("=", 1)[1].strip().strip("'")
     assert cmd in readme
+
+
+def test_ci_runs_of_hypothesis_are_reproducible():
+    """Under CI the derandomized profile is active (conftest picks it from the CI variable)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path.insert(0, 'tests'); import conftest; "
+            "from hypothesis import settings; print(settings.default.derandomize)")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE")}
+    root = Path(__file__).parent.parent
+
+    def derandomized(extra: dict) -> str:
+        return subprocess.run([sys.executable, "-c", code], env={**env, **extra}, cwd=root,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert (derandomized({"CI": "true"}), derandomized({})) == ("True", "False")

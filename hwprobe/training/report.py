@@ -148,7 +148,8 @@ def render(m: dict) -> str:
         + f"; CPU threads: {man['threads']}, torch {man['versions']['torch']}, "
         f"transformers {man['versions']['transformers']}.",
         "Loss curve: [tiny-model/loss_curve.png](tiny-model/loss_curve.png); per-step log:"
-        " [tiny-model/training_log.json](tiny-model/training_log.json).",
+        " [hwprobe/tiny/model/training_log.json](../hwprobe/tiny/model/training_log.json)"
+        " (shipped with the model, not copied here).",
         "",
         "## Held-out loss",
         "",
@@ -238,8 +239,8 @@ def write_report(model_dir: Path = DEFAULT_MODEL_DIR, out: Path = DEFAULT_OUT,
     m = measure(model_dir, threads)
     assets = out.parent / out.stem
     assets.mkdir(parents=True, exist_ok=True)
-    for name in ("training_log.json", "loss_curve.png"):
-        _write_atomic(assets / name, (model_dir / name).read_bytes())
+    # the per-step log stays with the model it describes (the report links to it)
+    _write_atomic(assets / "loss_curve.png", (model_dir / "loss_curve.png").read_bytes())
     _write_atomic(assets / "measurements.json", (json.dumps(m, indent=1) + "\n").encode())
     tmp_png = assets / f".union_growth.{os.getpid()}.png"
     plot_union_growth(tmp_png, m["routing"])

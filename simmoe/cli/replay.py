@@ -16,31 +16,81 @@ from dataclasses import replace
 
 from simmoe.errors import SimmoeError
 
-COLUMNS = [  # (counter, header, format)
-    ("decode_tps", "decode tok/s", "{:.2f}"),
-    ("speedup", "speedup", "{:.2f}x"),
-    ("draft_nodes", "draft nodes", "{:.2f}"),
-    ("committed", "committed", "{:.2f}"),
-    ("cycles", "cycles", "{:,d}"),
-    ("ms_per_cycle", "ms/cycle", "{:.1f}"),
-    ("h2d_per_token", "H2D/token", "{:.1f}"),
-    ("hit_rate", "hit rate", "{:.1%}"),
-    ("stopped_early_pct", "stopped early", "{:.1f}%"),
-    ("drafted_levels", "drafted levels", "{:.2f}"),
-    ("selector_ms", "selector ms", "{:.3f}"),
-]
+# Every column the table can show: key -> (header, format, legend).  Headers
+# break over two lines so that the default table fits 100 columns.
+COLUMNS = {
+    "decode_tps": ("decode\ntok/s", "{:.2f}",
+                   "output tokens per second of decoding (prefill excluded; SpecFit Eq. 10)"),
+    "speedup": ("speedup", "{:.2f}x", "decode tok/s over AR without a cache on the same trace and profile"),
+    "committed": ("committed\n/cycle", "{:.2f}",
+                  "tokens committed per verification cycle (accepted drafts + 1)"),
+    "draft_nodes": ("draft\nnodes", "{:.2f}", "draft tokens verified per cycle (the selected subtree)"),
+    "ms_per_cycle": ("ms/\ncycle", "{:.1f}", "time of one cycle: drafting + selection + target forward"),
+    "h2d_per_token": ("H2D/\ntoken", "{:.1f}",
+                      "expert copies host-to-device per output token, prefill included"),
+    "hit_rate": ("hit\nrate", "{:.1%}", "expert-cache hits over all experts a forward demands"),
+    "cycles": ("cycles", "{:,d}", "verification cycles (AR: one per token)"),
+    "stopped_early_pct": ("stopped\nearly", "{:.1f}%",
+                          "cycles that drafted fewer levels than the pool holds (adaptive depth)"),
+    "drafted_levels": ("drafted\nlevels", "{:.2f}", "tree levels drafted per cycle"),
+    "selector_ms": ("selector\nms", "{:.3f}", "selector time charged per cycle"),
+    "request_tps": ("request\ntok/s", "{:.2f}", "output tokens per second including prefill"),
+}
+DEFAULT_COLUMNS = ("decode_tps", "speedup", "committed", "draft_nodes", "ms_per_cycle",
+                   "h2d_per_token", "hit_rate")
+WIDE_COLUMNS = DEFAULT_COLUMNS + ("cycles", "stopped_early_pct", "drafted_levels", "selector_ms")
+NO_DRAFTER = ("draft_nodes", "drafted_levels", "selector_ms", "stopped_early_pct")  # "–" for AR
+
+
+def _flat(header: str) -> str:
+    """A two-line header as one name: "ms/\\ncycle" -> "ms/cycle", "draft\\nnodes" -> "draft nodes"."""
+    first, _, second = header.partition("\n")
+    return first + ("" if not second or first.endswith("/") or second.startswith("/") else " ") + second
+
+
+def legend(columns) -> str:
+    """One line per column: what its number means."""
+    heads = [_flat(COLUMNS[c][0]) for c in columns]
+    width = max(map(len, heads))
+    return "\n".join(f"  {h:<{width}}  {COLUMNS[c][2]}" for h, c in zip(heads, columns))
+
+
+def parse_columns(spec: str | None, wide: bool) -> tuple[str, ...]:
+    """``--columns a,b`` (keys of :data:`COLUMNS`), ``--wide``, or the default set."""
+    if spec is None:
+        return WIDE_COLUMNS if wide else DEFAULT_COLUMNS
+    names = tuple(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
+    if not names:
+        raise SimmoeError("--columns: no column given")
+    for n in names:
+        if n not in COLUMNS:
+            raise SimmoeError(f"--columns: unknown column {n!r}; known: {', '.join(COLUMNS)}")
+    return names
+
+
+def _selector_time_help() -> str:
+    return ("selector time charged per cycle: a number of ms for every selector, or 'measured' "
+            "(wall clock or --selector-clock; varies from run to run).  Default: the exact "
+            "searches (specfit, specfit-full, optimal, unconstrained) are charged the profile's "
+            "cycle.selector_ms (SpecFit §4.6's median), the top-K rules 0 ms, so that output is "
+            "reproducible byte for byte")
 
 
 def register(sub) -> None:
     from simmoe.replay.engine import CACHE_POLICIES, DEFAULT_PROFILE, TIMING_MODELS
     from simmoe.replay.selectors import DEFAULT_SELECTORS, SELECTORS
 
+    import argparse
+
     p = sub.add_parser(
         "replay",
         help="Replay a trace under selectors, cache and hardware profile",
         description="Replay a trace under each selector with an expert cache and print the "
         "paper's counters per selector.  Speedup is over AR without a cache on the same trace "
-        "and profile.  Selectors: " + ", ".join(f"{n} ({c.summary})" for n, c in SELECTORS.items()),
+        "and profile.\n\nSelectors:\n" + "\n".join(f"  {n:<14}{c.summary}" for n, c in SELECTORS.items()),
+        epilog="Columns (default set; --wide adds cycles, stopped early, drafted levels, selector ms; "
+               "--columns picks any):\n" + legend(tuple(COLUMNS)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("trace", help="trace file (.parquet)")
     p.add_argument("--selectors", default=",".join(DEFAULT_SELECTORS),
@@ -55,8 +105,7 @@ def register(sub) -> None:
     p.add_argument("--route-accuracy", type=float, default=1.0, metavar="A",
                    help="accuracy of the simulated route predictor the selectors see "
                         "(SpecFit §4.6); 1 = exact routes (default)")
-    p.add_argument("--selector-ms", type=float, default=None, metavar="X",
-                   help="fixed selector time per cycle in ms (default: the measured wall time)")
+    p.add_argument("--selector-ms", default=None, metavar="X|measured", help=_selector_time_help())
     p.add_argument("--selector-clock", default="wall", choices=("wall", "cpu"),
                    help="clock of the measured selector time: wall (default, as the paper) or the "
                         "selecting thread's CPU time (not inflated by other processes)")
@@ -69,7 +118,12 @@ def register(sub) -> None:
                    help="ddd: stop drafting when a level's path-probability mass is below this")
     p.add_argument("--coverage-rho", type=float, default=0.7,
                    help="coverage: fraction of the top-K probability mass to verify")
-    p.add_argument("--json", metavar="FILE", help="write the results as JSON ('-' = stdout)")
+    p.add_argument("--wide", action="store_true", help="show every column")
+    p.add_argument("--columns", metavar="A,B,...", default=None,
+                   help="columns to show, in order (keys: " + ", ".join(COLUMNS) + ")")
+    p.add_argument("--json", metavar="FILE",
+                   help="write the results as JSON ('-' = stdout); identical byte for byte between runs "
+                        "unless --selector-ms measured")
     p.add_argument("--csv", metavar="FILE", help="write the results as CSV ('-' = stdout)")
     p.add_argument("--cycles", metavar="FILE", help="write every cycle of every selector (parquet)")
     p.add_argument("--workers", type=int, default=None,
@@ -81,41 +135,40 @@ def register(sub) -> None:
 def run(args) -> int:
     import os
 
-    from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.metrics import speedup
-    from simmoe.atomicio import write_bytes_atomic, write_text_atomic
+    from simmoe.replay.engine import ReplayConfig, ar_baseline, check_profile_geometry, replay_all
     from simmoe.replay.selectors import parse_selectors
     from simmoe.trace.io import read_trace
 
     names = parse_selectors(args.selectors)
-    options = _options(args)
+    columns = parse_columns(args.columns, args.wide)
+    fixed_ms = parse_selector_ms(args.selector_ms)
     base = ReplayConfig(selector=names[0], slots=args.slots, cache=args.cache,
                         hardware=args.hardware, route_accuracy=args.route_accuracy,
-                        selector_ms=args.selector_ms, selector_clock=args.selector_clock,
-                        timing=args.timing, seed=args.seed,
-                        requests=args.requests, options=options).validate()
+                        selector_ms=fixed_ms if fixed_ms != "model" else None,
+                        selector_clock=args.selector_clock, timing=args.timing, seed=args.seed,
+                        requests=args.requests, options=_options(args)).validate()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
-    for out in (args.json, args.csv, args.cycles):
-        _check_output(out)
-    if args.cycles == "-":
-        raise SimmoeError("--cycles needs a file name (parquet), not '-'")
+    check_outputs(args.json, args.csv, args.cycles)
     profile = load_profile(args.hardware)
     trace = read_trace(args.trace)
+    check_profile_geometry(trace, profile, args.hardware)
+    if base.requests is not None and base.requests > len(trace.requests):
+        raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
+                          f"request{'s' if len(trace.requests) != 1 else ''}")
     to_stdout = "-" in (args.json, args.csv)
     console = _console(stderr=True)
-    if not to_stdout:
-        _console(stderr=False).print(provenance_text(trace, args.trace))
-    else:
-        console.print(provenance_text(trace, args.trace))
+    (console if to_stdout else _console(stderr=False)).print(provenance_text(trace, args.trace))
 
-    configs = [ar_baseline(base)] + [replace(base, selector=n) for n in names]
-    R = len(trace.requests) if base.requests is None else min(base.requests, len(trace.requests))
+    configs = [ar_baseline(base)] + [selector_config(base, n, fixed_ms, profile) for n in names]
+    R = len(trace.requests) if base.requests is None else base.requests
     tokens = int(trace.requests.output_len[:R].sum())
     with _progress(console, disabled=args.no_progress) as progress:
-        task = progress.add_task(f"replaying {len(configs)} configurations", total=tokens * len(configs))
+        what = (f"replaying {len(names)} selector{'s' if len(names) != 1 else ''} "
+                "+ AR baseline (no cache)")
+        task = progress.add_task(what, total=tokens * len(configs))
         state = {"tokens": 0, "configs": 0}
 
         def advance(n):  # tokens replayed in this process
@@ -128,22 +181,78 @@ def run(args) -> int:
 
         out = replay_all(trace, configs, {base.hardware: profile}, workers=workers,
                          on_done=done, progress=advance)
-    results = {"ar (no cache, baseline)": out[0]}
-    results.update((cfg.selector, res) for cfg, res in zip(configs[1:], out[1:]))
-    baseline = results.pop("ar (no cache, baseline)").summary()
-    rows = []
-    for name, res in results.items():
-        s = res.summary()
-        s["speedup"] = speedup(s, baseline)
-        rows.append({"selector": name, **s})
+    rows, baseline = _rows(configs, out)
     meta = {
         "trace": str(args.trace), "synthetic": bool(trace.is_synthetic),
         "provenance": trace.meta.get("provenance", {}), "config": base.to_dict(),
+        "selector_time": _selector_time_text(fixed_ms, profile, base.selector_clock),
         "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
     }
-    for r, (name, res) in zip(rows, results.items()):
+    _write_outputs(args, meta, rows, out[1:], base, trace.is_synthetic)
+    if not to_stdout:
+        stdout = _console(stderr=False)
+        table = results_table(rows, base, baseline, trace.is_synthetic, columns,
+                              _selector_time_text(fixed_ms, profile, base.selector_clock))
+        widen_for(stdout, table)
+        stdout.print(table)
+        stdout.print(legend(columns), highlight=False)
+    return 0
+
+
+def parse_selector_ms(text):
+    """``--selector-ms``: None → "model" (the default), "measured" → None, else a finite ms >= 0."""
+    if text is None:
+        return "model"
+    if str(text).strip().lower() == "measured":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise SimmoeError(f"--selector-ms {text!r}: give a number of ms or 'measured'") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise SimmoeError(f"--selector-ms {text!r}: selector time must be a finite number of ms >= 0")
+    return value
+
+
+def selector_config(base, name: str, fixed_ms, profile):
+    """``base`` for selector ``name`` with its selector time resolved (see ``--selector-ms``)."""
+    from simmoe.replay.selectors import SELECTORS
+
+    if fixed_ms == "model":
+        ms = float(profile.selector_ms) if SELECTORS[name].uses_cost else 0.0
+        return replace(base, selector=name, selector_ms=ms)
+    return replace(base, selector=name)
+
+
+def _selector_time_text(fixed_ms, profile, clock: str) -> str:
+    if fixed_ms == "model":
+        return (f"selector time: exact searches {profile.selector_ms:g} ms/cycle (profile), "
+                "top-K rules 0 ms")
+    if fixed_ms is None:
+        return f"selector time measured ({clock} clock; varies between runs)"
+    return f"selector time fixed at {fixed_ms:g} ms"
+
+
+def _rows(configs, out):
+    """Table rows (one per selector, speedup over the AR baseline) and the baseline's counters."""
+    from simmoe.replay.metrics import speedup
+
+    baseline = out[0].summary()
+    rows = []
+    for cfg, res in zip(configs[1:], out[1:]):
+        s = res.summary()
+        s["speedup"] = speedup(s, baseline)
+        row = {"selector": cfg.selector, **s}
         if res.lambda_star is not None:
-            r["lambda_star"] = res.lambda_star
+            row["lambda_star"] = res.lambda_star
+        rows.append(row)
+    return rows, baseline
+
+
+def _write_outputs(args, meta, rows, results, base, synthetic: bool) -> None:
+    """``--json``, ``--csv`` and ``--cycles``, each written atomically (or to stdout)."""
+    from simmoe.atomicio import write_bytes_atomic, write_text_atomic
+
     if args.json:
         text = json.dumps({**meta, "results": rows}, indent=2, default=_json_default)
         if args.json == "-":
@@ -154,7 +263,7 @@ def run(args) -> int:
         import pandas as pd
 
         df = pd.DataFrame(rows)
-        df.insert(1, "synthetic", bool(trace.is_synthetic))
+        df.insert(1, "synthetic", bool(synthetic))
         for key in ("slots", "cache", "hardware", "route_accuracy", "timing"):
             df[key] = getattr(base, key)
         text = df.to_csv(index=False)
@@ -167,27 +276,43 @@ def run(args) -> int:
 
         import pandas as pd
 
-        frame = pd.concat([res.cycles_frame() for res in results.values()], ignore_index=True)
+        frame = pd.concat([res.cycles_frame() for res in results], ignore_index=True)
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
         write_bytes_atomic(args.cycles, buf.getvalue())
-    if not to_stdout:
-        _console(stderr=False).print(results_table(rows, base, baseline, trace.is_synthetic))
-    return 0
 
 
 def _options(args) -> tuple:
-    return tuple(sorted({"ddd_threshold": float(args.ddd_threshold),
-                         "coverage_rho": float(args.coverage_rho)}.items()))
+    ddd, rho = float(args.ddd_threshold), float(args.coverage_rho)
+    if not 0.0 <= ddd <= 1.0:
+        raise SimmoeError(f"--ddd-threshold {args.ddd_threshold}: the ddd threshold must be a probability mass in [0, 1]")
+    if not 0.0 < rho <= 1.0:
+        raise SimmoeError(f"--coverage-rho {args.coverage_rho}: the coverage rho must be a fraction in (0, 1]")
+    return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho}.items()))
 
 
-def _check_output(path) -> None:
-    if path and path != "-":
-        from pathlib import Path
+def check_outputs(json_out, csv_out, cycles_out) -> None:
+    """Refuse, before any work, outputs that cannot be written or would be mixed on stdout."""
+    from pathlib import Path
 
+    if cycles_out == "-":
+        raise SimmoeError("--cycles needs a file name (parquet), not '-'")
+    if json_out == "-" and csv_out == "-":
+        raise SimmoeError("--json - and --csv - would interleave on stdout: send one to a file")
+    for flag, path in (("--json", json_out), ("--csv", csv_out), ("--cycles", cycles_out)):
+        if not path or path == "-":
+            continue
+        if Path(path).is_dir():
+            raise SimmoeError(f"{flag} {path}: is a folder; give a file name")
         parent = Path(path).resolve().parent
         if not parent.is_dir():
-            raise SimmoeError(f"cannot write {path}: folder {parent} does not exist")
+            raise SimmoeError(f"{flag} {path}: folder {parent} does not exist")
+
+
+def widen_for(console, table) -> None:
+    """Let ``console`` print ``table`` at its natural width: a narrow terminal wraps, nothing is cut."""
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
+    console.width = max(console.width, natural)
 
 
 def _json_default(x):
@@ -236,11 +361,14 @@ def _progress(console, disabled: bool):
 
 
 def provenance_text(trace, path) -> str:
-    """One or two lines naming where the trace comes from; synthetic traces say so first."""
+    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first."""
+    import textwrap
+
     prov = trace.meta.get("provenance", {}) or {}
     g = trace.geometry
     shape = trace.pool_shape
     kind = prov.get("kind", "unknown")
+
     def short(v) -> str:
         text = str(v)
         return text if len(text) <= 60 else text[:57] + "..."
@@ -252,12 +380,14 @@ def provenance_text(trace, path) -> str:
         details += f"{', ' if details else ''}fitted to {len(prov['fitted_to'])} published figure set(s)"
     lines = []
     if trace.is_synthetic:
-        lines.append("[bold reverse yellow] SYNTHETIC trace [/] results below are simulated from "
-                     "a synthetic trace, not from recorded routes")
-    lines.append(f"trace {path}: {kind}" + (f" ({details})" if details else ""))
-    lines.append(f"  {len(trace.requests)} requests, {trace.num_positions:,} positions; model "
-                 f"{g.name or '?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}; "
-                 f"pools: top-{shape.expand_topk} expansion, depth {shape.depth}, "
+        lines.append("[bold reverse yellow] SYNTHETIC trace [/] simulated from a synthetic trace, "
+                     "not from recorded routes")
+    lines.append(f"trace {path}: {kind}")
+    if details:
+        lines += textwrap.wrap(details, width=96, initial_indent="  ", subsequent_indent="    ")
+    lines.append(f"  {len(trace.requests)} requests, {trace.num_positions:,} positions; "
+                 f"{g.name or 'model ?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}")
+    lines.append(f"  pools: top-{shape.expand_topk} expansion, depth {shape.depth}, "
                  f"<= {shape.max_nodes} nodes, K = {shape.K}")
     return "\n".join(lines)
 
@@ -270,28 +400,30 @@ def format_value(key: str, fmt: str, value) -> str:
     return fmt.format(value)
 
 
-def results_table(rows, config, baseline, synthetic: bool):
+def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUMNS,
+                  selector_time: str = ""):
+    """The terminal table: one row per selector, the chosen ``columns`` (keys of COLUMNS)."""
+    from rich import box
     from rich.table import Table
 
     title = (f"{'SYNTHETIC trace: ' if synthetic else ''}{config.slots} slots/layer, "
              f"{config.cache if config.slots else 'no'} cache, {config.hardware}, "
              f"{config.timing} timing"
              + (f", route accuracy {config.route_accuracy:g}" if config.route_accuracy < 1 else ""))
-    caption = (f"speedup over AR without cache: {baseline['decode_tps']:.2f} tok/s, "
+    caption = (f"baseline, AR without cache: {baseline['decode_tps']:.2f} tok/s, "
                f"{baseline['ms_per_cycle']:.1f} ms/cycle, {baseline['h2d_per_token']:.1f} H2D/token"
-               + (f"; selector time measured ({config.selector_clock} clock)" if config.selector_ms is None
-                  else f"; selector time fixed at {config.selector_ms:g} ms"))
-    table = Table(title=title, caption=caption)
+               + (f"\n{selector_time}" if selector_time else ""))
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left",
+                  caption_justify="left")
     table.add_column("selector", no_wrap=True)
-    for _, header, _ in COLUMNS:
-        table.add_column(header, justify="right")
+    for key in columns:
+        table.add_column(COLUMNS[key][0], justify="right", no_wrap=True)
     for r in rows:
         cells = []
-        for key, _, fmt in COLUMNS:
+        for key in columns:
             v = r.get(key)
-            if r["selector"] == "ar" and key in ("draft_nodes", "drafted_levels", "selector_ms",
-                                                 "stopped_early_pct"):
+            if r["selector"] == "ar" and key in NO_DRAFTER:
                 v = None  # AR has no drafter and no selector
-            cells.append(format_value(key, fmt, v))
+            cells.append(format_value(key, COLUMNS[key][1], v))
         table.add_row(r["selector"], *cells)
     return table

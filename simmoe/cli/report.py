@@ -19,7 +19,9 @@ def register(sub) -> None:
         "fixed selector time and seeds.")
     p.add_argument("--traces", nargs="+", default=list(DEFAULT_TRACES), metavar="TRACE",
                    help=f"trace files (default: {' '.join(DEFAULT_TRACES)})")
-    p.add_argument("--out", default="reports", help="output folder (default reports/)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder (required: the project's own reports/ is committed, so a "
+                        "run never overwrites it by default)")
     p.add_argument("--requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of each trace (default: all)")
     p.add_argument("--hardware", default="a100-pcie-40gb",

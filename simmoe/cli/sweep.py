@@ -36,7 +36,9 @@ def register(sub) -> None:
     p.add_argument("--selectors", default=",".join(DEFAULT_SELECTORS),
                    help=f"comma-separated selector names, or 'all' (default {','.join(DEFAULT_SELECTORS)})")
     p.add_argument("--slots", default="48", help="comma-separated slots per layer (default 48)")
-    p.add_argument("--cache", default="lru", help="comma-separated cache policies (default lru)")
+    p.add_argument("--cache", default="lru",
+                   help="comma-separated cache policies (default lru); at 0 slots there is no cache, "
+                        "so the grid has one row there, with cache none")
     p.add_argument("--hardware", default=DEFAULT_PROFILE,
                    help=f"comma-separated profile names or paths (default {DEFAULT_PROFILE})")
     p.add_argument("--route-accuracy", default="1", help="comma-separated accuracies (default 1)")
@@ -62,6 +64,9 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="recompute every configuration (default: keep the rows already in OUT and "
                         "run only the missing ones)")
+    p.add_argument("--show", type=int, default=40, metavar="N",
+                   help="rows of the summary printed after the sweep (default 40; the file has all)")
+    p.add_argument("--quiet", action="store_true", help="no summary table, only the last line")
     p.set_defaults(func=run)
 
 
@@ -139,7 +144,9 @@ def run(args) -> int:
         frame = pd.concat([old, frame], ignore_index=True) if len(frame) else old
     if frame is not None and len(frame):
         write_table(frame, args.out)
-    synthetic = bool(len(frame)) and bool(frame["synthetic"].any())
+    synthetic = frame is not None and bool(len(frame)) and bool(frame["synthetic"].any())
+    if frame is not None and len(frame) and not args.quiet:
+        print_summary(frame, limit=args.show)
     print(f"{len(configs) - len(failures)} configurations -> {args.out}"
           + (" (SYNTHETIC traces among the inputs: results are synthetic)" if synthetic else ""))
     for f in failures:
@@ -149,6 +156,42 @@ def run(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+SUMMARY_COLUMNS = (  # (column of the table, header, format)
+    ("decode_tps", "decode tok/s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
+    ("committed", "committed", "{:.2f}"), ("ms_per_cycle", "ms/cycle", "{:.1f}"),
+    ("h2d_per_token", "H2D/token", "{:.1f}"),
+)
+
+
+def print_summary(frame, *, limit: int = 40) -> None:
+    """The sweep's rows, compactly: what varies across the grid, then the main counters."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    axes = [c for c in ("trace", "selector", "slots", "cache", "hardware", "route_accuracy")
+            if c in frame.columns and (c == "selector" or frame[c].nunique() > 1)]
+    shown = frame.head(limit)
+    title = "sweep" + (" (SYNTHETIC traces)" if bool(frame["synthetic"].any()) else "")
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for a in axes:
+        table.add_column(a.replace("_", " "), no_wrap=True)
+    for _, head, _ in SUMMARY_COLUMNS:
+        table.add_column(head, justify="right", no_wrap=True)
+    for _, row in shown.iterrows():
+        cells = [Path(str(row[a])).stem if a == "trace" else f"{row[a]}" for a in axes]
+        for key, _, fmt in SUMMARY_COLUMNS:
+            v = row.get(key)
+            cells.append("–" if v is None or v != v else fmt.format(v))
+        table.add_row(*cells)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    console.print(table)
+    if len(frame) > limit:
+        console.print(f"({len(frame) - limit} more rows in the table file; --show N prints more)")
 
 
 def _what(path, cfg) -> str:

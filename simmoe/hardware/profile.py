@@ -205,12 +205,16 @@ def from_dict(doc: dict[str, Any], *, origin: str = "profile") -> HardwareProfil
         if fname not in values:
             section, key = next((s, k) for s, k, f in _LAYOUT if f == fname)
             raise ProfileError(f"{origin}: missing field {_key(section, key)!r}")
-    return validate(HardwareProfile(**values))
+    return validate(HardwareProfile(**values), origin=origin)
 
 
-def validate(p: HardwareProfile) -> HardwareProfile:
-    """Range checks; raise :class:`ProfileError` naming the field.  Returns ``p``."""
-    who = f"profile {p.name or '?'}"
+def validate(p: HardwareProfile, *, origin: str | None = None) -> HardwareProfile:
+    """Range checks; raise :class:`ProfileError` naming the field (and the file, ``origin``).
+
+    Returns ``p``.  A file is named by its path, not by the ``name`` inside it, which may
+    be a copy of a shipped profile's.
+    """
+    who = origin if origin not in (None, "profile") else f"profile {p.name or '?'}"
 
     def nonneg(fname, key):
         v = getattr(p, fname)

@@ -27,6 +27,7 @@ cheap.  :func:`replay` runs both for one :class:`ReplayConfig`.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -88,7 +89,8 @@ class ReplayConfig:
         check_accuracy(self.route_accuracy)
         if self.selector_clock not in SELECTOR_CLOCKS:
             raise SimmoeError(f"unknown selector clock {self.selector_clock!r}; known: {', '.join(SELECTOR_CLOCKS)}")
-        if self.selector_ms is not None and not (float(self.selector_ms) >= 0.0):
+        if self.selector_ms is not None and not (math.isfinite(float(self.selector_ms))
+                                                 and float(self.selector_ms) >= 0.0):
             raise SimmoeError(f"selector time must be a non-negative number of ms, got {self.selector_ms!r}")
         if self.requests is not None and int(self.requests) < 1:
             raise SimmoeError(f"requests must be at least 1, got {self.requests!r}")
@@ -443,6 +445,19 @@ def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = No
     elif progress is not None:
         progress(int(p.committed.sum()))
     return simulate(trace, p, config, profile)
+
+
+def check_profile_geometry(trace, profile, name: str) -> None:
+    """Refuse a profile made for a model with another number of layers than the trace's.
+
+    A profile's timing (non-expert forward time, copies per layer) belongs to one
+    model; ``num_layers = 0`` in a profile means "not stated" and is accepted.
+    """
+    want = int(getattr(profile, "num_layers", 0) or 0)
+    have = int(trace.geometry.num_layers)
+    if want and want != have:
+        raise SimmoeError(f"profile {name} describes a {want}-layer model but the trace has {have} "
+                          "layers; use a profile of this model (simmoe fit or hwprobe calibrate)")
 
 
 def ar_baseline(config: ReplayConfig) -> ReplayConfig:

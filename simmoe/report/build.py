@@ -1,8 +1,10 @@
 """Build the whole report for a list of traces: tables, figures, the markdown index.
 
-Everything is computed in memory first and written at the end, each file
-atomically (temporary file in the same folder, then ``os.replace``), so a
-failed run leaves the previous report untouched.  Files written (``OUT`` is
+Everything is computed in memory first and written at the end, as one
+folder swap (:func:`simmoe.atomicio.write_folder_atomic`: the new tree is
+built in a hidden sibling folder, other files of ``OUT`` linked into it, then
+renamed into place), so a failed or killed run leaves the previous report
+untouched.  Files written (``OUT`` is
 the output folder; ``<t>`` each trace's file stem):
 
 - ``OUT/index.md`` — the index: every table with its numbers, every figure;
@@ -225,7 +227,7 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
     """Compute and write the report for ``paths`` into ``out``; the list of files written."""
     import pandas as pd
 
-    from simmoe.atomicio import write_bytes_atomic
+    from simmoe.atomicio import write_folder_atomic
     from simmoe.trace.io import read_trace
 
     settings = settings.validate()
@@ -265,8 +267,4 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
             "simmoe_version": __version__, "synthetic": any(r.synthetic for r in reports)}
     files[out / "report-args.json"] = (json.dumps(args, indent=2) + "\n").encode()
     files[out / "index.md"] = index_markdown(reports, settings, command, profiles).encode()
-    for folder in (out, out / "tables", out / "figures"):
-        folder.mkdir(exist_ok=True)
-    for path, data in files.items():
-        write_bytes_atomic(path, data)
-    return list(files)
+    return write_folder_atomic(out, files)

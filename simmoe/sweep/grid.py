@@ -18,6 +18,7 @@ profile, timing model and seed (SpecFit §4.1).
 from __future__ import annotations
 
 import itertools
+import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,20 +48,32 @@ class Grid:
     options: tuple = ()
 
     def configs(self) -> list[tuple[str, ReplayConfig]]:
-        """(trace, config) for every point of the grid, validated."""
+        """(trace, config) for every distinct point of the grid, validated.
+
+        Without slots there is no cache, so every policy at ``slots = 0`` is the same
+        replay: it appears once, with cache ``none``.
+        """
         if not self.traces:
             raise SimmoeError("a sweep needs at least one trace")
+        seen: dict[str, str] = {}
+        for tr in self.traces:
+            real = os.path.realpath(tr)
+            if real in seen:
+                raise SimmoeError(f"trace {tr} is listed twice (as {seen[real]} too)")
+            seen[real] = str(tr)
         out = []
         for tr, hw, sel, acc, slots, cache in itertools.product(
                 self.traces, self.hardware, self.selectors, self.route_accuracy,
                 self.slots, self.caches):
+            if slots == 0:
+                cache = "none"
             cfg = ReplayConfig(selector=sel, slots=slots, cache=cache, hardware=hw,
                                route_accuracy=acc, selector_ms=self.selector_ms,
                                selector_clock=self.selector_clock,
                                timing=self.timing, seed=self.seed, requests=self.requests,
                                options=self.options).validate()
             out.append((str(tr), cfg))
-        return out
+        return list(dict.fromkeys(out))
 
 
 # -- workers --------------------------------------------------------------------

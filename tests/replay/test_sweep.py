@@ -49,7 +49,9 @@ def test_parallel_sweep_equals_one_by_one_replays(setup):
     frame, failures = run_sweep(g, workers=2)
     assert not failures
     configs = g.configs()
-    assert len(frame) == len(configs) == 2 * 4 * 2 * 2 * 2 * 2
+    # traces x selectors x profiles x accuracies x (2 policies at 4 slots + one "none" row at 0)
+    assert len(frame) == len(configs) == 2 * 4 * 2 * 2 * (2 + 1)
+    assert all(cfg.cache == "none" for _, cfg in configs if cfg.slots == 0)
     counters = ["decode_tps", "cycles", "committed", "h2d_per_token", "ms_per_cycle", "hit_rate"]
     for (path, cfg), (_, row) in zip(configs, frame.iterrows()):
         assert (row["trace"], row["selector"], row["slots"], row["cache"], row["hardware"],
@@ -92,7 +94,8 @@ def test_sweep_cli(setup, tmp_path, capsys):
             "--selector-ms", "0.5", "--workers", "2"]
     assert main(argv) == 0
     frame = pd.read_parquet(out)
-    assert len(frame) == 8 and set(frame["cache"]) == {"lru", "lfu"}
+    # 2 selectors x (lru, lfu at 4 slots + one no-cache row at 0 slots)
+    assert len(frame) == 6 and set(frame["cache"]) == {"lru", "lfu", "none"}
     assert "SYNTHETIC" in capsys.readouterr().out
     ar0 = frame[(frame["selector"] == "ar") & (frame["slots"] == 0)]
     assert np.allclose(ar0["speedup"], 1.0)
@@ -100,3 +103,31 @@ def test_sweep_cli(setup, tmp_path, capsys):
     assert main([*argv, "--selectors", "bogus"]) == 2
     assert main([*argv, "--slots", "4,x"]) == 2
     assert "bad value" in capsys.readouterr().err
+
+
+def test_a_trace_listed_twice_is_refused(setup):
+    from simmoe.errors import SimmoeError
+
+    t = str(setup / "t31.parquet")
+    with pytest.raises(SimmoeError, match="listed twice"):
+        grid(setup, traces=(t, str(setup / "." / "t31.parquet"))).configs()
+
+
+def test_the_sweep_prints_a_summary_and_names_a_bad_profile_by_its_file(setup, tmp_path, capsys):
+    from simmoe.cli import main
+
+    out = tmp_path / "s.csv"
+    argv = ["sweep", str(setup / "t31.parquet"), "-o", str(out), "--selectors", "ar,eagle3",
+            "--slots", "0,4", "--cache", "lru,lfu", "--hardware", str(setup / "fast.toml"),
+            "--selector-ms", "0.5", "--workers", "1"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "decode tok/s" in text and "eagle3" in text and "SYNTHETIC" in text
+    assert text.count(" none ") == 2          # one no-cache row per selector, not one per policy
+    bad = tmp_path / "copy.toml"
+    bad.write_text((setup / "fast.toml").read_text().replace("copy_ms = 0.25", "copy_ms = -1.0"))
+    argv2 = ["sweep", str(setup / "t31.parquet"), "-o", str(tmp_path / "b.csv"), "--hardware",
+             f"{setup / 'slow.toml'},{bad}", "--selectors", "ar"]
+    assert main(argv2) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "slow.toml" not in err
