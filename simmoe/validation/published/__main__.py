@@ -1,3 +1,7 @@
+"""``python -m simmoe.validation.published``: see :mod:`simmoe.validation.published.cli`."""
+
 import sys
-from simmoe.validation.published._old import main
+
+from simmoe.validation.published.cli import main
+
 sys.exit(main())

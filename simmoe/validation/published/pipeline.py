@@ -1,0 +1,50 @@
+"""The whole computation: traces, then Table 5 and the replays, then the rows (``run_predictions``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from simmoe.errors import SimmoeError
+from simmoe.trace.schema import Trace
+from simmoe.validation.published.rows import Row
+from simmoe.validation.published.runs import RunResult, planned_runs, run_replays, run_table5
+from simmoe.validation.published.settings import Settings, published
+from simmoe.validation.published.sources import build_rows
+from simmoe.validation.published.workloads import describe_trace, load_workload, odd_numbered
+
+
+@dataclass
+class Predictions:
+    settings: Settings
+    rows: list[Row]
+    runs: dict[str, RunResult]
+    traces: dict[str, dict[str, Any]]      # name -> description (for the header)
+    table5: dict[str, dict]
+    profiles: dict[str, str]               # name -> source line
+
+
+def _silent(line: str) -> None:
+    pass
+
+
+def run_predictions(settings: Settings, *, log: Callable[[str], None] = _silent) -> Predictions:
+    """Generate (or read) the traces, run every replay and Table 5, and build the rows."""
+    from simmoe.hardware.profile import load_profile
+
+    pub = published()
+    traces: dict[str, Trace] = {}
+    for w in settings.workloads():
+        traces[w.name] = load_workload(w, settings, log)
+    traces["gsm8k-odd"] = odd_numbered(traces["gsm8k"])
+    for name, t in traces.items():
+        if not t.is_synthetic and settings.traces_dir is None:
+            raise SimmoeError(f"{name}: expected a synthetic trace")
+    runs = planned_runs()
+    t5 = run_table5(traces, settings.workers, log)
+    res = run_replays(traces, runs, workers=settings.workers, log=log)
+    described = {n: describe_trace(t) for n, t in traces.items()}
+    rows = build_rows(pub, res, t5, described)
+    profiles = {n: load_profile(n).source for n in sorted({r.hardware for r in runs})}
+    return Predictions(settings, rows, res, described, t5, profiles)
