@@ -29,8 +29,14 @@ def make_log(rng, requests=2, tokens=(3, 5), L=3, N=16, k=2, start=0):
             routes = np.sort(np.stack([rng.choice(N, k, replace=False) for _ in range(L)]), axis=1)
             truth[(f"q{r}", t)] = routes
             for layer in range(L):
-                records.append({"request_id": f"q{r}", "token_idx": t, "layer": layer,
-                                "experts": [int(x) for x in rng.permutation(routes[layer])]})
+                records.append(
+                    {
+                        "request_id": f"q{r}",
+                        "token_idx": t,
+                        "layer": layer,
+                        "experts": [int(x) for x in rng.permutation(routes[layer])],
+                    }
+                )
     return records, truth
 
 
@@ -42,7 +48,7 @@ def write_jsonl(records, path):
 def check_against_truth(trace, truth, dropped=()):
     kept = {key: v for key, v in truth.items() if key not in dropped}
     by_request: dict[str, list] = {}
-    for (req, tok), routes in sorted(kept.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (req, _tok), routes in sorted(kept.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         by_request.setdefault(req, []).append(routes)
     assert sorted(trace.requests.request_id) == sorted(by_request)
     for r, req in enumerate(trace.requests.request_id):
@@ -69,22 +75,22 @@ def test_jsonl_in_any_order(tmp_path):
 
 def test_csv_with_custom_columns_and_expert_spellings(tmp_path):
     path = tmp_path / "log.csv"
-    path.write_text(
-        "req,pos,blk,chosen\n"
-        "a,0,1,\"[5, 1]\"\n"
-        "a,0,0,3 4\n"
-        "a,1,0,\"0;7\"\n"
-        "a,1,1,\"2,6\"\n")
-    trace, _ = import_routes(path, columns=RouteColumns("req", "pos", "blk", "chosen"), num_experts=8)
+    path.write_text('req,pos,blk,chosen\na,0,1,"[5, 1]"\na,0,0,3 4\na,1,0,"0;7"\na,1,1,"2,6"\n')
+    trace, _ = import_routes(
+        path, columns=RouteColumns("req", "pos", "blk", "chosen"), num_experts=8
+    )
     assert trace.root_routes.tolist() == [[[3, 4], [1, 5]], [[0, 7], [2, 6]]]
     assert trace.geometry.num_experts == 8
 
 
 def test_parquet_with_token_ids_and_prefill(tmp_path):
     rows = {
-        "request_id": ["x"] * 6, "token_idx": [0, 0, 1, 1, 2, 2], "layer": [0, 1, 0, 1, 0, 1],
+        "request_id": ["x"] * 6,
+        "token_idx": [0, 0, 1, 1, 2, 2],
+        "layer": [0, 1, 0, 1, 0, 1],
         "experts": [[1, 2], [3, 4], [5, 6], [7, 0], [1, 3], [2, 4]],
-        "tid": [11, 11, 12, 12, 13, 13], "prompt": [True, True, False, False, False, False],
+        "tid": [11, 11, 12, 12, 13, 13],
+        "prompt": [True, True, False, False, False, False],
     }
     path = tmp_path / "log.parquet"
     pq.write_table(pa.table(rows), path)
@@ -98,9 +104,15 @@ def test_parquet_with_token_ids_and_prefill(tmp_path):
 
 
 @settings(max_examples=30)
-@given(seed=st.integers(0, 10_000), drop_cells=st.integers(0, 6), drop_tokens=st.integers(0, 2),
-       start=st.sampled_from([0, 7]))
-def test_gaps_are_counted_and_dropped_never_filled(tmp_path_factory, seed, drop_cells, drop_tokens, start):
+@given(
+    seed=st.integers(0, 10_000),
+    drop_cells=st.integers(0, 6),
+    drop_tokens=st.integers(0, 2),
+    start=st.sampled_from([0, 7]),
+)
+def test_gaps_are_counted_and_dropped_never_filled(
+    tmp_path_factory, seed, drop_cells, drop_tokens, start
+):
     rng = np.random.default_rng(seed)
     records, truth = make_log(rng, requests=3, tokens=(3, 6), L=3, start=start)
     # Remove single cells and whole interior tokens; first/last tokens keep at least one layer.
@@ -115,13 +127,15 @@ def test_gaps_are_counted_and_dropped_never_filled(tmp_path_factory, seed, drop_
         rec = records[i]
         if rec["layer"] != 0:  # keep layer 0 so the token itself is still seen
             removed_cells.add((rec["request_id"], rec["token_idx"], rec["layer"]))
-    records = [r for r in records if (r["request_id"], r["token_idx"], r["layer"]) not in removed_cells]
+    records = [
+        r for r in records if (r["request_id"], r["token_idx"], r["layer"]) not in removed_cells
+    ]
     records = [records[i] for i in rng.permutation(len(records))]
     path = write_jsonl(records, tmp_path_factory.mktemp("g") / "log.jsonl")
     missing = 3 * len(removed_tokens) + len(removed_cells)
     incomplete = removed_tokens | {(r, t) for r, t, _ in removed_cells}
     if missing:
-        with pytest.raises(SimmoeError, match=f"{missing} \\(token, layer\\) cells have no record"):
+        with pytest.raises(SimmoeError, match=f"{missing} \\(token, layer\\) cells have no routes"):
             import_routes(path)
     trace, report = import_routes(path, on_gap="drop")
     assert report.missing_cells == missing
@@ -130,15 +144,18 @@ def test_gaps_are_counted_and_dropped_never_filled(tmp_path_factory, seed, drop_
     check_against_truth(trace, truth, dropped=incomplete)
 
 
-@pytest.mark.parametrize("mutate,field,match", [
-    (lambda rs: rs.append(dict(rs[4])), "layer", "second record"),
-    (lambda rs: rs[3].update(experts=[2, 2]), "experts", "listed twice"),
-    (lambda rs: rs[5].update(experts=[1, 2, 3]), "experts", "3 experts, expected 2"),
-    (lambda rs: rs[2].update(experts=[1, -4]), "experts", "negative expert id"),
-    (lambda rs: rs[1].update(layer=-1), "layer", "negative layer"),
-    (lambda rs: rs[6].update(token_idx=-2), "token_idx", "negative token"),
-    (lambda rs: rs[2].update(experts=None), "experts", "missing value"),
-])
+@pytest.mark.parametrize(
+    "mutate,field,match",
+    [
+        (lambda rs: rs.append(dict(rs[4])), "layer", "second record"),
+        (lambda rs: rs[3].update(experts=[2, 2]), "experts", "listed twice"),
+        (lambda rs: rs[5].update(experts=[1, 2, 3]), "experts", "3 experts, expected 2"),
+        (lambda rs: rs[2].update(experts=[1, -4]), "experts", "negative expert id"),
+        (lambda rs: rs[1].update(layer=-1), "layer", "negative layer"),
+        (lambda rs: rs[6].update(token_idx=-2), "token_idx", "negative token"),
+        (lambda rs: rs[2].update(experts=None), "experts", "missing value"),
+    ],
+)
 def test_bad_records_name_row_and_field(tmp_path, mutate, field, match):
     records, _ = make_log(np.random.default_rng(3))
     mutate(records)
@@ -173,14 +190,18 @@ def test_missing_column_and_unknown_format(tmp_path):
 
 
 def run_cli(*argv):
-    return subprocess.run([sys.executable, "-m", "simmoe", *argv], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "simmoe", *argv], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_cli_writes_an_imported_trace(tmp_path):
     records, truth = make_log(np.random.default_rng(6))
     src = write_jsonl(records, tmp_path / "log.jsonl")
     out = tmp_path / "t.parquet"
-    res = run_cli("import-routes", str(src), "--out", str(out), "--num-experts", "16", "--model-name", "m")
+    res = run_cli(
+        "import-routes", str(src), "--out", str(out), "--num-experts", "16", "--model-name", "m"
+    )
     assert res.returncode == 0, res.stderr
     trace = read_trace(out)
     check_against_truth(trace, truth)
@@ -195,7 +216,7 @@ def test_cli_gap_fails_with_one_line_and_writes_nothing(tmp_path):
     res = run_cli("import-routes", str(src), "--out", str(out))
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
-    assert "1 (token, layer) cells have no record" in res.stderr
+    assert "1 (token, layer) cells have no routes" in res.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl"]
     res = run_cli("import-routes", str(src), "--out", str(out), "--on-gap", "drop")
     assert res.returncode == 0 and "dropped 1 incomplete tokens" in res.stderr
@@ -208,8 +229,14 @@ def test_cli_requires_out(tmp_path):
 
 
 def test_parquet_fixed_size_lists_and_integer_request_ids(tmp_path):
-    table = pa.table({"request_id": [7, 7, 3, 3], "token_idx": [0, 0, 0, 0], "layer": [0, 1, 0, 1],
-                      "experts": pa.array([[1, 2], [3, 0], [4, 5], [6, 7]], pa.list_(pa.int16(), 2))})
+    table = pa.table(
+        {
+            "request_id": [7, 7, 3, 3],
+            "token_idx": [0, 0, 0, 0],
+            "layer": [0, 1, 0, 1],
+            "experts": pa.array([[1, 2], [3, 0], [4, 5], [6, 7]], pa.list_(pa.int16(), 2)),
+        }
+    )
     pq.write_table(table, tmp_path / "log.parquet")
     trace, _ = import_routes(tmp_path / "log.parquet")
     assert list(trace.requests.request_id) == ["7", "3"]
