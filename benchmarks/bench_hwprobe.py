@@ -6,6 +6,11 @@ a shared machine: the median time of a 19-token tree forward (root + an
 offloaded one at several slot counts; and positions per second of the
 recording loop (pool + full-pool forward per output token).
 
+The offload backend of git HEAD (``--baseline REV``, default HEAD; Qwen3-MoE
+only: it replaced ``Qwen3MoeExperts`` modules) is loaded from git and timed
+side by side with the working tree's, so the ratio of their CPU overheads
+is measured in one run.
+
     python benchmarks/bench_hwprobe.py                      # tiny-random on the CPU
     python benchmarks/bench_hwprobe.py --config qwen3-30b-a3b-2layers --device cuda --repeat 20
 """
@@ -27,6 +32,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--slots", default="0,4,8")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--baseline", default="HEAD", help="git revision whose hwprobe/offload.py is timed too "
+                    "('' to skip)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -44,10 +51,15 @@ def main() -> None:
     vocab = base.config.vocab_size
     variants = {"unmodified": copy.deepcopy(base).to(device)}
     backends = {}
+    baseline = _baseline_backend(args.baseline) if args.baseline else None
     for s in [int(x) for x in args.slots.split(",")]:
         m = copy.deepcopy(base)
         backends[s] = install_offload(m, slots=s, device=device)
         variants[f"offload slots={s}"] = m
+        if baseline is not None:
+            b = copy.deepcopy(base)
+            baseline.install_offload(b, slots=s, device=device)
+            variants[f"{args.baseline} slots={s}"] = b
     prefix = [3 + (i * 7) % (vocab - 3) for i in range(64)]
     pool = build_pool(RandomDrafter(vocab, seed=1), prefix + [5])
     caches = {}
@@ -69,6 +81,12 @@ def main() -> None:
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:20s} median {med:8.2f} ms   x{med / ref:5.2f} of unmodified")
+    if baseline is not None:
+        for s in backends:
+            new_ms = statistics.median(times[f"offload slots={s}"]) - ref
+            old_ms = statistics.median(times[f"{args.baseline} slots={s}"]) - ref
+            print(f"  overhead over unmodified, slots={s}: this tree {new_ms:.2f} ms, {args.baseline} {old_ms:.2f} ms "
+                  f"(ratio {new_ms / old_ms if old_ms > 0 else float('nan'):.2f})")
     s = max(backends)
     m = variants[f"offload slots={s}"]
     n_pos = 16
@@ -77,6 +95,28 @@ def main() -> None:
                    max_new_tokens=n_pos, spec=build_pool.__defaults__[0], num_experts=base.config.num_experts)
     dt = time.perf_counter() - t0
     print(f"  record loop (slots={s}): {n_pos / dt:.1f} positions/s ({n_pos} positions, 18-node pools)")
+
+
+def _baseline_backend(rev: str):
+    """hwprobe/offload.py of git revision ``rev`` as a module (its Qwen3-MoE block discovery supplied here)."""
+    import subprocess
+    import types
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    src = subprocess.run(["git", "show", f"{rev}:hwprobe/offload.py"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout
+    src = src.replace("from hwprobe.models import moe_blocks", "moe_blocks = _qwen3_moe_blocks")
+    import sys
+
+    mod = types.ModuleType(f"offload_{rev}")
+    sys.modules[mod.__name__] = mod                   # dataclasses look their module up
+
+    def _qwen3_moe_blocks(model):
+        return [(i, layer.mlp) for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")]
+    mod.__dict__["_qwen3_moe_blocks"] = _qwen3_moe_blocks
+    exec(compile(src, f"{rev}:hwprobe/offload.py", "exec"), mod.__dict__)
+    return mod
 
 
 if __name__ == "__main__":

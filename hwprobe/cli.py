@@ -12,7 +12,7 @@ import sys
 
 from hwprobe import __version__
 
-COMMANDS = ["info", "bandwidth", "record", "calibrate", "live", "selftest"]
+COMMANDS = ["info", "models", "bandwidth", "record", "calibrate", "live", "selftest"]
 
 
 class HwprobeError(Exception):

@@ -7,6 +7,7 @@ is told which one it got (``Timer.kind``).
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -27,6 +28,15 @@ def pick_device(name: str | None = None) -> torch.device:
                            f"(torch {torch.__version__}); use --device cpu")
     if dev.type not in ("cuda", "cpu"):
         raise HwprobeError(f"unsupported device {name!r}: use cuda, cuda:N or cpu")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise HwprobeError(f"device {name!r} requested but torch sees {count} CUDA device(s)")
+        dev = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
+        torch.cuda.set_device(dev)      # kernels, events and allocations without an explicit device go here too
+        fraction = os.environ.get("HWPROBE_MEMORY_FRACTION")
+        if fraction:                    # the self-check's out-of-memory probe runs a command with little memory
+            torch.cuda.set_per_process_memory_fraction(float(fraction), dev)
     return dev
 
 
@@ -69,17 +79,21 @@ class Timer:
         self.device = device
         self.kind = "cuda-events" if device.type == "cuda" else "wall-clock"
 
+    def _stream(self, stream):
+        """``stream``, or the current stream of *this* device (not of the current device: cuda:N ≠ cuda:0)."""
+        return stream if stream is not None else torch.cuda.current_stream(self.device)
+
     def start(self, stream=None) -> Interval:
         if self.device.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record(stream)
+            ev.record(self._stream(stream))
             return Interval(ev)
         return Interval(time.perf_counter())
 
     def stop(self, interval: Interval, stream=None) -> Interval:
         if self.device.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record(stream)
+            ev.record(self._stream(stream))
             interval.end = ev
         else:
             interval.end = time.perf_counter()

@@ -17,6 +17,7 @@ parts folder is removed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -64,6 +65,7 @@ class RequestRecord:
     prefill_copies: int = 0
     output_text: str = ""
     extra: dict = field(default_factory=dict)
+    node_target_cdf: np.ndarray | None = None  # at temperature > 0: target mass below each node's token
 
     def save(self, path: Path) -> None:
         arrays = {k: v for k, v in self.__dict__.items() if isinstance(v, np.ndarray)}
@@ -82,6 +84,20 @@ class RequestRecord:
         return cls(**scalars, **arrays)
 
 
+def check_room(prompts, encoded, max_total_tokens: int | None) -> None:
+    """Refuse, before loading the model, prompts that leave no output position under ``--max-total-tokens``."""
+    if max_total_tokens is None:
+        return
+    if max_total_tokens < 2:
+        raise HwprobeError("--max-total-tokens must be >= 2")
+    bad = [(p.question_id, len(ids)) for p, ids in zip(prompts, encoded) if len(ids) >= max_total_tokens]
+    if bad:
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        listed = ", ".join(f"{q} ({n} tokens)" for q, n in bad[:3])
+        raise HwprobeError(f"--max-total-tokens {max_total_tokens} leaves no room for output after the prompts of "
+                           f"requests {listed}{more}")
+
+
 def union_size(routes: np.ndarray) -> int:
     """Σ_ℓ |⋃ rows' experts in layer ℓ| for routes ``[rows, L, k]`` (Eq. 1)."""
     return int(sum(len(np.unique(routes[:, l])) for l in range(routes.shape[1])))
@@ -89,8 +105,18 @@ def union_size(routes: np.ndarray) -> int:
 
 def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id: str, dataset: str,
                    max_new_tokens: int, spec: PoolSpec, num_experts: int, eos=None,
-                   max_total_tokens: int | None = None, progress=None) -> RequestRecord:
-    """Record one request (see the module docstring)."""
+                   max_total_tokens: int | None = None, progress=None, temperature: float = 0.0,
+                   sampling_seed: int = 0) -> RequestRecord:
+    """Record one request (see the module docstring).
+
+    ``temperature > 0``: the output is sampled at that temperature with the
+    position-keyed uniforms of ``sampling_seed`` (:mod:`hwprobe.sampling`),
+    and every node gets p_T of its token and the target mass below it;
+    agreement stays greedy (the target's argmax).
+    """
+    from hwprobe.sampling import key_of, node_fields, sample_token
+
+    key = key_of(request_id)
     device = next(model.parameters()).device
     sync = (lambda: synchronize(device))
     feats = getattr(drafter, "needs_features", False)
@@ -108,6 +134,8 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
         cache, out, root = prefill(model, list(prompt_ids), hidden_states=feats)
         sync()
         prefill_ms = (time.perf_counter() - t0) * 1e3
+        if temperature > 0:
+            root = sample_token(out.logits[0, -1], temperature, sampling_seed, key, 0)
         pr = rec.pop()
         prefill_union = np.zeros((pr.shape[1], num_experts), dtype=bool)
         for l in range(pr.shape[1]):
@@ -117,7 +145,7 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
             drafter.observe(list(prompt_ids), out)
         rows: dict[str, list] = {k: [] for k in ("root_token", "root_routes", "node_count", "parent", "level",
                                                  "token", "q", "p", "agree", "tprob", "routes", "draft",
-                                                 "verify", "union", "copies", "copy_ms")}
+                                                 "verify", "union", "copies", "copy_ms", "tcdf")}
         tokens = [root]
         for t in range(n_new):
             context = list(prompt_ids) + tokens
@@ -132,7 +160,10 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
             routes = rec.pop()
             v = greedy_verdict(pool, logits)
             par_rows = torch.as_tensor([p + 1 for p in pool.parent], dtype=torch.long, device=logits.device)
-            if len(pool):
+            if temperature > 0:
+                tprob, tcdf = node_fields(pool, logits, temperature)
+                rows["tcdf"].append(tcdf)
+            elif len(pool):
                 probs = torch.softmax(logits.index_select(0, par_rows).float(), -1)
                 tprob = probs.gather(1, torch.as_tensor(pool.token, device=probs.device)[:, None])[:, 0]
                 tprob = tprob.to("cpu").numpy()
@@ -159,7 +190,8 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
                 progress(1)
             if eos is not None and root == eos:
                 break
-            root = int(v.argmax[0])
+            root = (sample_token(logits[0], temperature, sampling_seed, key, t + 1) if temperature > 0
+                    else int(v.argmax[0]))
             tokens.append(root)
     L, k = prefill_union.shape[0], pr.shape[2]
     cat = lambda xs, dt, shape=(0,): np.concatenate(xs).astype(dt) if xs else np.zeros(shape, dt)  # noqa: E731
@@ -178,6 +210,7 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
         verify_ms=np.asarray(rows["verify"], np.float64), union=np.asarray(rows["union"], np.int64),
         copies=np.asarray(rows["copies"], np.int64), copy_ms=np.asarray(rows["copy_ms"], np.float64),
         prefill_copies=int(prefill_copies),
+        node_target_cdf=cat(rows["tcdf"], np.float32) if temperature > 0 else None,
     )
 
 
@@ -210,6 +243,8 @@ def assemble_trace(records: list[RequestRecord], *, meta: dict):
         node_p=cat("node_p").astype(np.float32), node_agree=cat("node_agree").astype(bool),
         node_routes=cat("node_routes").astype(rd),
         node_target_prob=cat("node_target_prob").astype(np.float32),
+        node_target_cdf=(cat("node_target_cdf").astype(np.float32)
+                         if records and all(r.node_target_cdf is not None for r in records) else None),
         draft_time_ms=cat("draft_ms").astype(np.float32),
     )
 
@@ -223,19 +258,37 @@ class PartsFolder:
         key = json.dumps(fingerprint, sort_keys=True)
         self.key = hashlib.sha256(key.encode()).hexdigest()[:16]
 
-    def open(self) -> None:
-        run = self.dir / "run.json"
+    def check(self) -> None:
+        """Refuse parts of a different recording (before anything is loaded or written)."""
         if self.dir.exists():
             try:
-                old = json.loads(run.read_text())
+                old = json.loads((self.dir / "run.json").read_text())
             except (OSError, json.JSONDecodeError):
                 old = None
             if not old or old.get("key") != self.key:
                 raise HwprobeError(f"{self.dir} holds parts of a different recording (other arguments); "
                                    "rerun with the same arguments to resume, or remove the folder")
-        else:
+
+    def open(self) -> None:
+        """Create the folder and its ``run.json`` (once the model is loaded and the run can start)."""
+        self.check()
+        if not self.dir.exists():
             self.dir.mkdir(parents=True)
-            write_text_atomic(run, json.dumps({"key": self.key, "run": self.fingerprint}, indent=1))
+            write_text_atomic(self.dir / "run.json", json.dumps({"key": self.key, "run": self.fingerprint}, indent=1))
+
+    @contextlib.contextmanager
+    def removed_if_nothing_done(self):
+        """On an error (not an interruption) before any request is finished, remove the folder again.
+
+        A run refused by bad input or out of memory then leaves nothing behind,
+        and the corrected rerun is not taken for a different recording.
+        """
+        try:
+            yield
+        except Exception:
+            if self.dir.exists() and not any(self.dir.glob("*.npz")):
+                self.remove()
+            raise
 
     def part(self, index: int) -> Path:
         return self.dir / f"{index:05d}.npz"

@@ -22,7 +22,8 @@ def add_model_args(p, *, drafter: bool = True) -> None:
                    help="weights dtype (auto: bfloat16 on cuda, float32 on cpu)")
     p.add_argument("--slots", type=int, default=48, help="expert cache slots per layer (0 = cleared every forward)")
     p.add_argument("--inflight", type=int, default=2, help="copies in flight ahead of compute (default 2)")
-    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="attention implementation")
+    p.add_argument("--attn", default="auto", choices=["auto", "sdpa", "eager"],
+                   help="attention implementation (auto: sdpa, or eager where the architecture needs it)")
     p.add_argument("--seed", type=int, default=0, help="seed of random weights")
     if drafter:
         p.add_argument("--drafter", default="auto", choices=["auto", "ngram", "draft-lm", "eagle3", "random", "target"],
@@ -52,28 +53,52 @@ class Session:
         return self.loaded.model
 
 
-def build(args, *, drafter: bool = True) -> Session:
+@dataclass
+class Plan:
+    """What the arguments decide before any model is loaded (checked in a fraction of a second)."""
+
+    device: object
+    dtype: object
+    model_type: str
+    attn: str
+    drafter: str | None          # resolved drafter kind
+    drafter_dir: object
+    spec: object
+    source: str                  # model directory or config name, as provenance and resume identify it
+
+
+def prepare(args, *, drafter: bool = True) -> Plan:
+    """Check every model, backend and drafter argument without loading a model; HwprobeError on bad input.
+
+    Commands call this first, so a wrong argument is refused in a fraction of
+    a second and before any file is written.
+    """
     import torch
 
     from hwprobe.device import pick_device
-    from hwprobe.models import load_target, tiny_dir
-    from hwprobe.offload import install_offload
+    from hwprobe.models import check_architecture, named_config, pick_attn, resolve_model_dir, tiny_dir
     from hwprobe.pool import PoolSpec
 
-    device = pick_device(args.device)
-    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else \
-        (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.slots < 0 or args.inflight < 1:
         raise HwprobeError("--slots must be >= 0 and --inflight >= 1")
-    loaded = load_target(args.model, config=args.config, dtype=dtype, seed=args.seed, attn_implementation=args.attn)
-    with oom_is_user_error():
-        backend = install_offload(loaded.model, slots=args.slots, device=device, max_inflight=args.inflight)
-    spec, d = None, None
+    spec = kind = ddir = None
     if drafter:
         for name in ("pool_topk", "pool_expand", "depth", "max_nodes"):
             if getattr(args, name) < 1:
                 raise HwprobeError(f"--{name.replace('_', '-')} must be >= 1")
+        if args.drafter == "target" and not 0.0 <= args.agreement <= 1.0:
+            raise HwprobeError("--agreement must lie in [0, 1]")
         spec = PoolSpec(args.pool_topk, args.pool_expand, args.depth, args.max_nodes)
+    device = pick_device(args.device)
+    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else \
+        (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if args.config is not None:
+        model_type, source = named_config(args.config).model_type, args.config
+    else:
+        path = resolve_model_dir(args.model, "target")
+        model_type, source = check_architecture(path).model_type, str(path)
+    attn = pick_attn(model_type, args.attn)
+    if drafter:
         kind, ddir = args.drafter, args.drafter_dir
         if kind == "eagle3" and ddir in ("tiny", "tiny-eagle3"):
             ddir = tiny_dir("eagle3")
@@ -84,17 +109,37 @@ def build(args, *, drafter: bool = True) -> Session:
                 kind = "random"
             else:
                 kind = "ngram"
+        if kind in ("draft-lm", "eagle3") and ddir is None:
+            raise HwprobeError(f"the {kind} drafter needs --drafter-dir DIR")
+    return Plan(device, dtype, model_type, attn, kind, ddir, spec, source)
+
+
+def build(args, *, drafter: bool = True, plan: Plan | None = None) -> Session:
+    """Load the target, offload its experts and build the drafter (after :func:`prepare`)."""
+    from hwprobe.models import load_target
+    from hwprobe.offload import install_offload
+    from hwprobe.tree import check_tree
+
+    plan = plan or prepare(args, drafter=drafter)
+    quiet = bool(getattr(args, "quiet", False))
+    loaded = load_target(args.model, config=args.config, dtype=plan.dtype, seed=args.seed,
+                         attn_implementation=plan.attn, quiet=quiet)
+    if drafter:
+        check_tree(loaded.model)            # record, live and calibrate verify trees
+    with oom_is_user_error():
+        backend = install_offload(loaded.model, slots=args.slots, device=plan.device, max_inflight=args.inflight)
+    d = None
+    if drafter:
         from hwprobe.drafters import make_drafter
         with oom_is_user_error():
-            if kind == "target":     # drafts with its own unmodified copy: never through the offloaded experts
-                if not 0.0 <= args.agreement <= 1.0:
-                    raise HwprobeError("--agreement must lie in [0, 1]")
-                twin = load_target(args.model, config=args.config, dtype=dtype, seed=args.seed,
-                                   attn_implementation=args.attn).model.to(device)
-                d = make_drafter(kind, target=twin, agreement=args.agreement, seed=args.seed)
+            if plan.drafter == "target":     # drafts with its own unmodified copy: never through the offloaded experts
+                twin = load_target(args.model, config=args.config, dtype=plan.dtype, seed=args.seed,
+                                   attn_implementation=plan.attn, quiet=quiet).model.to(plan.device)
+                d = make_drafter(plan.drafter, target=twin, agreement=args.agreement, seed=args.seed)
             else:
-                d = make_drafter(kind, target=loaded.model, path=ddir, device=device)
-    return Session(loaded, backend, d, device, spec)
+                d = make_drafter(plan.drafter, target=loaded.model, path=plan.drafter_dir, device=plan.device,
+                                 dtype=plan.dtype)
+    return Session(loaded, backend, d, plan.device, plan.spec)
 
 
 def _tiny_drafter_present(tiny_dir) -> bool:

@@ -97,13 +97,13 @@ def live(args, prompts, out: Path) -> str:
     from hwprobe.cli import HwprobeError
     from hwprobe.device import describe
     from hwprobe.live import (LiveSettings, LiveWriter, LosslessCheckFailed, live_request, make_live_selector,
-                              pick_clock, warm_up)
+                              pick_clock, tie_tolerance, warm_up)
     from hwprobe.measured_profile import profile_dict
-    from hwprobe.models import moe_blocks
-    from hwprobe.session import TokenProgress, build, oom_is_user_error
+    from hwprobe.models import moe_geometry, target_tokenizer
+    from hwprobe.recorder import check_room
+    from hwprobe.session import TokenProgress, build, oom_is_user_error, prepare
     from simmoe.errors import SimmoeError
     from simmoe.replay.route_prediction import RoutePredictor
-    from simmoe.trace import ModelGeometry
     from simmoe.validation.live import LiveRun, merge_passes
 
     profile = _selection_profile(args)
@@ -121,14 +121,18 @@ def live(args, prompts, out: Path) -> str:
         from simmoe.replay.route_prediction import check_accuracy
 
         predictor_args = (check_accuracy(args.route_accuracy), args.route_seed)
-        s = build(args)
-        model, cfg = s.model, s.model.config
-        L, N, k = len(moe_blocks(model)), int(cfg.num_experts), int(cfg.num_experts_per_tok)
-        predictor = RoutePredictor(N, *predictor_args)
     except SimmoeError as exc:
         raise HwprobeError(str(exc)) from None
-    geometry = ModelGeometry(L, N, k, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
-    tok = s.loaded.tokenizer
+    plan = prepare(args)                       # every argument checked before the model loads
+    tok = target_tokenizer(args.model, args.config)
+    encoded = [tok.encode_prompt(p.text) for p in prompts]
+    check_room(prompts, encoded, args.max_total_tokens)
+    with oom_is_user_error():
+        s = build(args, plan=plan)
+    model = s.model
+    geometry = moe_geometry(model, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
+    N = geometry.num_experts
+    predictor = RoutePredictor(N, *predictor_args)
     eos = getattr(tok, "eos_token_id", None)
     dev = describe(s.device)
     meta = {
@@ -142,7 +146,8 @@ def live(args, prompts, out: Path) -> str:
         "route_accuracy": args.route_accuracy, "route_seed": args.route_seed, "options": options,
         "max_new_tokens": args.max_new_tokens, "max_total_tokens": args.max_total_tokens,
         "pool": s.spec.__dict__, "geometry": geometry.to_dict(), "device": dev,
-        "dtype": str(model.dtype).replace("torch.", ""), "attn": args.attn,
+        "dtype": str(model.dtype).replace("torch.", ""), "attn": plan.attn,
+        "tie_tolerance": tie_tolerance(model.dtype),
         "timer": s.backend.timer.kind, "clock": pick_clock(args.clock, s.device)[0],
         "threads": __import__("torch").get_num_threads(), "repeats": args.repeats,
         "combine": "minimum over passes" if args.repeats > 1 else "single pass",
@@ -151,10 +156,11 @@ def live(args, prompts, out: Path) -> str:
         "selection_profile": profile_dict(profile) if profile is not None else None,
     }
     writer = LiveWriter(out, meta)
-    if prompts and selector.drafts:
-        warm_up(model, s.drafter, tok.encode_prompt(prompts[0].text), s.spec)
-    elif prompts:
-        warm_up(model, s.drafter, tok.encode_prompt(prompts[0].text), s.spec, rounds=0)
+    with oom_is_user_error():                  # the warm-up is the first forward: out of memory shows here first
+        if prompts and selector.drafts:
+            warm_up(model, s.drafter, encoded[0], s.spec)
+        elif prompts:
+            warm_up(model, s.drafter, encoded[0], s.spec, rounds=0)
     passes = []
     with TokenProgress(len(prompts) * args.max_new_tokens * args.repeats, f"live {args.selector} {out.name}",
                        args.quiet) as bar, oom_is_user_error():
@@ -163,7 +169,7 @@ def live(args, prompts, out: Path) -> str:
             row0, done = 0, []
             for i, pr in enumerate(prompts):
                 with _no_gc_pauses():
-                    req = live_request(model, s.backend, s.drafter, selector, tok.encode_prompt(pr.text),
+                    req = live_request(model, s.backend, s.drafter, selector, encoded[i],
                                        index=i, request_id=pr.question_id, dataset=pr.dataset, row0=row0,
                                        settings=settings, spec=s.spec, num_experts=N,
                                        route_dtype=geometry.route_dtype, predictor=predictor, eos=eos,
@@ -179,6 +185,7 @@ def live(args, prompts, out: Path) -> str:
                     writer.update(merge_passes(passes), {"passes_done": p + 1})
                 except SimmoeError as exc:       # CheckFailed: identical passes made other cycles
                     raise LosslessCheckFailed(f"{exc}; please report") from None
+    ties = sum(int(r.get("near_ties", 0)) for r in writer.records if r.get("type") == "request")
     run = LiveRun.from_records(meta, writer.records, path=str(out))
     measured = _measured_profile(run, s)
     writer.finish({"measured_profile": measured})
@@ -187,7 +194,8 @@ def live(args, prompts, out: Path) -> str:
             f"{sm['output_tokens'] / max(sm['cycles'], 1):.2f} tokens/cycle, decode {sm['decode_tps']:.1f} tok/s, "
             f"{sm['h2d_per_token']:.2f} copies/token, median cycle "
             f"{float(np.median(run.cycles['cycle_ms'])) if sm['cycles'] else 0:.2f} ms"
-            f"{f' (minimum of {args.repeats} passes)' if args.repeats > 1 else ''}; greedy check passed; "
+            f"{f' (minimum of {args.repeats} passes)' if args.repeats > 1 else ''}; greedy check passed"
+            f"{f' ({ties} near-tie positions within the tie tolerance)' if ties else ''}; "
             f"weights: {s.loaded.weights}")
 
 

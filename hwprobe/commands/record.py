@@ -7,6 +7,29 @@ import shlex
 from pathlib import Path
 
 
+def add_sampling_args(p) -> None:
+    """``--temperature`` and ``--sampling-seed`` (hwprobe record and hwprobe live alike)."""
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                   help="0 (default): greedy decoding; T > 0: sample at temperature T with the uniforms of "
+                        "--sampling-seed (the same text as simmoe replay --temperature T draws; hwprobe.sampling)")
+    p.add_argument("--sampling-seed", type=int, default=0, metavar="S",
+                   help="seed of the sampled decoding's uniforms (default 0)")
+
+
+def check_sampling_args(args) -> float:
+    """The temperature, or HwprobeError (one line, exit 2) for a negative or non-finite one."""
+    import math
+
+    from hwprobe.cli import HwprobeError
+
+    t = float(args.temperature)
+    if not math.isfinite(t) or t < 0:
+        raise HwprobeError(f"--temperature {args.temperature}: must be a finite number >= 0")
+    if args.sampling_seed < 0:
+        raise HwprobeError(f"--sampling-seed {args.sampling_seed}: must be >= 0")
+    return t
+
+
 def register(sub) -> None:
     from hwprobe.session import add_model_args, add_prompt_args
 
@@ -17,67 +40,98 @@ def register(sub) -> None:
     add_model_args(p)
     add_prompt_args(p)
     p.add_argument("--K", type=int, default=7, help="verify budget written into the pool shape (default 7)")
+    add_sampling_args(p)
     p.add_argument("--out", required=True, help="trace file to write (.parquet)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
     from hwprobe.session import checked_output
 
     out = checked_output(args, "trace file")
+    check_sampling_args(args)
+    if args.K < 1:
+        raise HwprobeError("--K must be >= 1")
     prompts = read_prompts(args.prompts, args.category, limit=args.limit, offset=args.offset)
     trace, summary = record(args, prompts, out)
     print(summary)
     return 0
 
 
-def record(args, prompts, out: Path):
-    """Record ``prompts`` into ``out``; returns (trace, one-line summary)."""
+def fingerprint(args, plan, prompts) -> dict:
+    """What identifies a recording for resuming: everything the recorded routes and tokens depend on.
+
+    The cache size (``--slots``, ``--inflight``) is not part of it: outputs and
+    routes do not depend on the cache, so a run stopped by an out-of-memory
+    error resumes with fewer slots (each part keeps the slots it was recorded
+    with).
+    """
     import hashlib
 
+    digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
+    return {"model": plan.source, "weights": "random" if args.config is not None else "trained", "seed": args.seed,
+            "prompts": digest, "ids": [p.question_id for p in prompts],
+            "max_new_tokens": args.max_new_tokens, "max_total_tokens": args.max_total_tokens,
+            "pool": plan.spec.__dict__, "drafter": plan.drafter, "dtype": str(plan.dtype),
+            "device": plan.device.type, "attn": plan.attn,
+            **({"temperature": args.temperature, "sampling_seed": args.sampling_seed}
+               if args.temperature > 0 else {})}
+
+
+def record(args, prompts, out: Path):
+    """Record ``prompts`` into ``out``; returns (trace, one-line summary).
+
+    Every argument is checked, and a parts folder of another recording is
+    refused, before the model is loaded; the parts folder is created only
+    when the model is ready, and removed again if the run fails before its
+    first request is finished.
+    """
     import numpy as np
 
-    from simmoe.trace import SCHEMA_VERSION, ModelGeometry, PoolShape
+    from simmoe.trace import SCHEMA_VERSION, PoolShape
     from simmoe.trace.io import write_trace
 
     from hwprobe.copysweep import link_gbps, sweep
     from hwprobe.device import describe
     from hwprobe.measured_profile import build_profile, fit_forward, profile_dict
-    from hwprobe.models import moe_blocks
-    from hwprobe.recorder import PartsFolder, assemble_trace, record_request
-    from hwprobe.session import TokenProgress, build, oom_is_user_error
+    from hwprobe.models import moe_geometry, resident_parts, target_tokenizer
+    from hwprobe.recorder import PartsFolder, assemble_trace, check_room, record_request
+    from hwprobe.session import TokenProgress, build, oom_is_user_error, prepare
 
-    s = build(args)
-    model, cfg = s.model, s.model.config
-    tok = s.loaded.tokenizer
-    L, N, k = len(moe_blocks(model)), int(cfg.num_experts), int(cfg.num_experts_per_tok)
-    geometry = ModelGeometry(L, N, k, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
+    plan = prepare(args)
+    tok = target_tokenizer(args.model, args.config)
+    encoded = [tok.encode_prompt(p.text) for p in prompts]
+    check_room(prompts, encoded, args.max_total_tokens)
+    parts = PartsFolder(out, fingerprint(args, plan, prompts))
+    parts.check()
+    s = build(args, plan=plan)
+    model = s.model
+    geometry = moe_geometry(model, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
+    L, N = geometry.num_layers, geometry.num_experts
     shape = PoolShape(s.spec.expand_topk, s.spec.depth, s.spec.max_nodes, args.K)
-    prompts_digest = hashlib.sha256(Path(args.prompts).read_bytes()).hexdigest()[:16]
-    fingerprint = {"model": s.loaded.source, "weights": s.loaded.weights, "seed": args.seed,
-                   "prompts": prompts_digest, "ids": [p.question_id for p in prompts],
-                   "max_new_tokens": args.max_new_tokens, "max_total_tokens": args.max_total_tokens,
-                   "pool": s.spec.__dict__, "drafter": s.drafter.name, "slots": args.slots,
-                   "dtype": str(model.dtype), "device": s.device.type}
-    parts = PartsFolder(out, fingerprint)
     parts.open()
     records = [parts.done(i) for i in range(len(prompts))]
     todo = [i for i, r in enumerate(records) if r is None]
     resumed = len(prompts) - len(todo)
     eos = getattr(tok, "eos_token_id", None)
-    with TokenProgress(len(todo) * args.max_new_tokens, f"record {out.name}", args.quiet) as bar, \
+    with parts.removed_if_nothing_done(), \
+            TokenProgress(len(todo) * args.max_new_tokens, f"record {out.name}", args.quiet) as bar, \
             oom_is_user_error():
         for i in todo:
             pr = prompts[i]
-            rec = record_request(model, s.backend, s.drafter, tok.encode_prompt(pr.text),
+            rec = record_request(model, s.backend, s.drafter, encoded[i],
                                  request_id=pr.question_id, dataset=pr.dataset,
                                  max_new_tokens=args.max_new_tokens, spec=s.spec, num_experts=N, eos=eos,
-                                 max_total_tokens=args.max_total_tokens, progress=bar.advance)
+                                 max_total_tokens=args.max_total_tokens, progress=bar.advance,
+                                 temperature=args.temperature, sampling_seed=args.sampling_seed)
             rec.output_text = tok.decode(rec.root_token)
+            rec.extra["slots"] = args.slots
             rec.save(parts.part(i))
             records[i] = rec
+    slots_used = sorted({int(r.extra.get("slots", args.slots)) for r in records})
     # the hardware profile, measured on the spot
     rows = sweep(s.device, s.backend.expert_bytes, factors=(1.0,), in_flight=(1, 2), repeats=5, warmup=1)
     verify = np.concatenate([r.verify_ms for r in records])
@@ -100,7 +154,9 @@ def record(args, prompts, out: Path):
             "kind": "hwprobe", "model": s.loaded.name, "device": dev,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": "hwprobe " + shlex.join(getattr(args, "argv", [])),
-            "weights": s.loaded.weights, "drafter": s.drafter.name, "slots": args.slots,
+            "weights": s.loaded.weights, "drafter": s.drafter.name,
+            "slots": args.slots if len(slots_used) == 1 else slots_used,
+            "resident": resident_parts(model, geometry),
             "tokenizer": getattr(tok, "name", "?"), "pool_expand_nodes": s.spec.expand_nodes,
             "dtype": str(model.dtype).replace("torch.", ""),
         },
@@ -108,6 +164,9 @@ def record(args, prompts, out: Path):
         "pool_shape": shape.to_dict(),
         "hardware": profile_dict(profile),
     }
+    if args.temperature > 0:    # schema version 2: the sampled text and p_T, CDF per node (simmoe.trace.sampling)
+        meta["sampling"] = {"temperature": float(args.temperature), "seed": int(args.sampling_seed),
+                            "text": "sampled"}
     trace = assemble_trace(records, meta=meta)
     write_trace(trace, out)
     parts.remove()
@@ -115,5 +174,7 @@ def record(args, prompts, out: Path):
     agree = float(trace.node_agree.mean()) if trace.num_nodes else 0.0
     summary = (f"wrote {out}: {len(records)} requests ({resumed} resumed), {n_tok} positions, "
                f"{trace.num_nodes} pool nodes, agreement {agree:.3f}, "
+               + (f"sampled at temperature {args.temperature:g} (seed {args.sampling_seed}), "
+                  if args.temperature > 0 else "") +
                f"copies/position {copies.mean():.1f}, weights: {s.loaded.weights}")
     return trace, summary

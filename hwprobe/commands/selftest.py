@@ -1,10 +1,18 @@
-"""`hwprobe selftest`: GPU self-check: bandwidth, offload equality, short record and calibrate.
+"""`hwprobe selftest`: GPU self-check of any supported architecture at real layer shapes.
 
-On a GPU: a random-weight model with real Qwen3-30B-A3B layer shapes and few
-layers (float32 for the equality check, bfloat16 for record and calibrate);
-sized to finish in a few minutes.  On a CPU-only machine: the same steps with
-the tiny random config, and it says so.  Prints one summary; exit status 3
-if a check fails.
+On a GPU: a random-weight model with the layer shapes of a published
+checkpoint (``--model``, default qwen3-30b-a3b: 128 experts, top-8, hidden
+2048; ``--layers`` of them) runs: the link bandwidth; offloaded vs resident
+logits bit for bit under slot counts {0, 8, 48} and copies in flight {1, 2},
+with a delay queued before every copy, copies started too far ahead
+counted, and a negative control without the waits; pinned host bytes vs the
+expert tensors' bytes; out of memory in a subprocess with a memory fraction
+(exit 2, one line, no output); live decoding in bfloat16 and float32 with
+argmax flips counted; a short calibrate; a short record replayed by the
+simulator.  Sized to finish in a few minutes with 2 layers.  On a CPU-only
+machine: the same steps with the architecture's tiny random config, the
+GPU-only parts reported as such.  Prints one summary; exit status 3 if a
+check fails, 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -17,14 +25,44 @@ from hwprobe.data import SPEC_BENCH_QUESTIONS
 
 
 def register(sub) -> None:
-    p = sub.add_parser("selftest", help="GPU self-check: bandwidth, offload equality, short record and calibrate",
+    p = sub.add_parser("selftest", help="GPU self-check at real layer shapes: offload equality, copies in flight, "
+                       "pinned memory, out of memory, bf16 vs fp32, calibrate, record",
                        description=__doc__.split("\n\n", 1)[1])
     p.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
-    p.add_argument("--layers", type=int, default=2, help="layers of the Qwen3-30B-A3B-shaped model (GPU; default 2)")
+    p.add_argument("--model", default="qwen3-30b-a3b",
+                   help="a real-shape config (hwprobe models: e.g. qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite, "
+                   "gpt-oss-20b) or a model type (e.g. olmoe); default qwen3-30b-a3b")
+    p.add_argument("--layers", type=int, default=2, help="decoder layers of the real-shape model (GPU; default 2)")
     p.add_argument("--prompts", default=str(SPEC_BENCH_QUESTIONS),
-                   help="Spec-Bench JSONL for the short record and calibrate (default: the shipped copy)")
-    p.add_argument("--keep", metavar="DIR", help="keep the trace, profile and probe rows in DIR")
+                   help="Spec-Bench JSONL for the short record, live and calibrate (default: the shipped copy)")
+    p.add_argument("--keep", metavar="DIR", help="keep the trace, profile, probe rows and live runs in DIR "
+                   "(otherwise they are written to a temporary folder deleted at exit)")
     p.set_defaults(func=run)
+
+
+def resolve_configs(name: str, layers: int) -> tuple[str, str, str]:
+    """``(model_type, GPU config name, CPU config name)`` for ``--model``; HwprobeError when unknown."""
+    from hwprobe.architectures import ARCHITECTURES, real_config_names
+    from hwprobe.cli import HwprobeError
+
+    real = real_config_names()
+    if name in real:
+        model_type, prefix = real[name], name
+    elif name in ARCHITECTURES:
+        model_type = name
+        prefix = next(iter(ARCHITECTURES[name].real), None)
+    else:
+        raise HwprobeError(f"unknown --model {name!r}; real-shape configs: {', '.join(real)}; "
+                           f"model types: {', '.join(ARCHITECTURES)}")
+    if ARCHITECTURES[model_type].tree is not None:
+        raise HwprobeError(f"--model {name}: {ARCHITECTURES[model_type].label} cannot verify draft trees "
+                           "(record and live need them); hwprobe models lists the ones that can")
+    if prefix is not None:
+        cap = ARCHITECTURES[model_type].real[prefix]["num_hidden_layers"]
+        if not 1 <= layers <= cap:
+            raise HwprobeError(f"--layers must be in 1..{cap} for {prefix}, got {layers}")
+    gpu = f"{prefix}-{layers}layers" if prefix is not None else f"tiny-{model_type}"
+    return model_type, gpu, f"tiny-{model_type}"
 
 
 def run(args) -> int:
@@ -33,17 +71,19 @@ def run(args) -> int:
     from hwprobe.cli import HwprobeError, main as hw_main
     from hwprobe.copysweep import STAND_IN, link_gbps, sweep
     from hwprobe.device import describe, pick_device
-    from hwprobe.models import load_target
-    from hwprobe.selfcheck import check_offload
+    from hwprobe.prompts import read_prompts
+    from hwprobe.selfcheck import live_dtypes, offload_matrix, oom_probe
 
+    if args.layers < 1:
+        raise HwprobeError(f"--layers must be >= 1, got {args.layers}")
+    model_type, gpu_config, cpu_config = resolve_configs(args.model, args.layers)
     device = pick_device(args.device)
     gpu = device.type == "cuda"
-    config = f"qwen3-30b-a3b-{args.layers}layers" if gpu else "tiny-random"
-    if not Path(args.prompts).is_file():
-        raise HwprobeError(f"prompts file {args.prompts!r} does not exist (give --prompts)")
+    config = gpu_config if gpu else cpu_config
+    read_prompts(args.prompts, "math_reasoning", limit=2)       # a malformed file is bad input (exit 2)
     results: list[tuple[str, bool, str, float]] = []
-    print(f"hwprobe selftest on {describe(device)}" + ("" if gpu else
-          " -- no CUDA device: reduced CPU version (tiny random model, host memcpy stand-in)"), flush=True)
+    print(f"hwprobe selftest of {config} on {describe(device)}" + ("" if gpu else
+          f" -- no CUDA device: reduced CPU version ({cpu_config}, host memcpy stand-in)"), flush=True)
 
     def step(name, fn):
         t0 = time.perf_counter()
@@ -51,27 +91,50 @@ def run(args) -> int:
             ok, detail = fn()
         except HwprobeError as exc:
             ok, detail = False, f"error: {exc}"
+        except torch.cuda.OutOfMemoryError:
+            ok, detail = False, "out of device memory (try fewer --layers)"
+        except Exception as exc:  # noqa: BLE001 - any other failure fails this check; the rest still run
+            ok, detail = False, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         results.append((name, ok, detail, time.perf_counter() - t0))
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail} ({results[-1][3]:.1f} s)", flush=True)
+        if gpu:
+            torch.cuda.empty_cache()
 
     def bandwidth():
-        expert = 3 * 2048 * 768 * 2 if gpu else 3 * 64 * 32 * 4
+        from transformers import AutoModelForCausalLM
+
+        from hwprobe.models import experts_modules, named_config
+        from hwprobe.offload import ExpertLayout
+
+        with torch.device("meta"):                      # shapes only: no memory, no initialisation
+            probe = AutoModelForCausalLM.from_config(named_config(config))
+        layout = ExpertLayout(experts_modules(probe)[0][2])
+        expert = layout.numel * (2 if gpu else 4)
+        del probe
         rows = sweep(device, expert, in_flight=(1, 2, 4), repeats=5)
         link = link_gbps(rows)
         label = STAND_IN if rows[0].kind == STAND_IN else "host-to-device pinned"
         return link > 0, f"{link:.2f} GB/s ({label}); {expert / (link * 1e9) * 1e3:.3f} ms per {expert}-byte expert"
 
     def offload():
-        lm = load_target(config=config, dtype=torch.float32, seed=1)
-        prompt = list(range(3, 3 + (64 if gpu else 12)))
-        slots = 16 if gpu else 3
-        c = check_offload(lm.model, device, slots=slots, prompt=prompt, new_tokens=8)
-        del lm
-        if gpu:
-            torch.cuda.empty_cache()
-        return c.ok, (f"max |logit diff| {c.max_abs_diff:.2e}, argmax equal {c.same_argmax:.0%}, "
-                      f"greedy tokens equal {c.tokens_equal}, copies {c.copies} vs LRU reference "
-                      f"{c.reference_copies} ({slots} slots)")
+        slots = (0, 8, 48) if gpu else (0, 3, 8)
+        m = offload_matrix(config, device, slots=slots, inflight=(1, 2), prompt_len=64 if gpu else 12)
+        cells = ", ".join(f"{r.slots}/{r.inflight}:{'=' if r.identical else 'DIFF'}" for r in m.rows)
+        ahead = sum(r.ahead for r in m.rows)
+        control = ("n/a (synchronous copies)" if m.negative_identical is None else
+                   "differs as it must" if not m.negative_identical else "IDENTICAL: the check cannot fail")
+        pinned = (f"pinned {m.pinned_bytes} B = expert tensors {m.tensor_bytes} B" if m.cuda
+                  else f"expert tensors {m.tensor_bytes} B in host memory (not pinned without CUDA)")
+        return m.ok, (f"bit-identical to resident (slots/in flight: {cells}); copies started too far ahead: "
+                      f"{ahead}; control without waits: {control}; {pinned}")
+
+    def oom():
+        if not gpu:
+            return True, "n/a without a CUDA device (covered by the CPU tests with a simulated error)"
+        return oom_probe(config, device, args.prompts, folder)
+
+    def dtypes():
+        return live_dtypes(config, device, args.prompts, folder, tokens=16 if gpu else 6)
 
     with tempfile.TemporaryDirectory(prefix="hwprobe-selftest-") as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
@@ -79,11 +142,12 @@ def run(args) -> int:
         trace_path, prof_path = folder / "selftest.parquet", folder / "selftest.toml"
         common = ["--config", config, "--device", str(device), "--prompts", args.prompts,
                   "--category", "math_reasoning", "--quiet"]
+        slots = "48" if gpu else "4"
 
         def record():
             from simmoe.trace.io import read_trace
             rc = hw_main(["record", *common, "--limit", "2", "--max-new-tokens", "16" if gpu else "6",
-                          "--slots", "48" if gpu else "4", "--out", str(trace_path)])
+                          "--slots", slots, "--out", str(trace_path)])
             if rc:
                 return False, f"record exited {rc}"
             tr = read_trace(trace_path)
@@ -91,7 +155,7 @@ def run(args) -> int:
             try:
                 from simmoe.replay.engine import ReplayConfig, replay
                 hw = str(prof_path) if prof_path.exists() else "a100-pcie-40gb"
-                replay(tr, ReplayConfig(selector="eagle3", slots=48 if gpu else 4, hardware=hw))
+                replay(tr, ReplayConfig(selector="eagle3", slots=int(slots), hardware=hw))
                 detail += f"; replayed (eagle3) on {'the calibrated profile' if prof_path.exists() else hw}"
             except ImportError as exc:
                 detail += f"; replay skipped ({exc})"
@@ -100,7 +164,7 @@ def run(args) -> int:
         def calibrate():
             from simmoe.hardware.profile import load_profile
             rc = hw_main(["calibrate", *common, "--limit", "1", "--boundaries", "0,2", "--repeats", "1",
-                          "--slots", "48" if gpu else "4", "--out", str(prof_path)])
+                          "--slots", slots, "--out", str(prof_path)])
             if rc:
                 return False, f"calibrate exited {rc}"
             p = load_profile(prof_path)
@@ -109,10 +173,14 @@ def run(args) -> int:
 
         step("bandwidth", bandwidth)
         step("offload equality", offload)
+        step("out of memory", oom)
+        step("live bf16 vs fp32", dtypes)
         step("calibrate", calibrate)
         step("record", record)
+        kept = (f"files kept in {folder}" if args.keep else
+                f"files written to {folder} are deleted now (--keep DIR keeps them)")
     failed = [r for r in results if not r[1]]
     total = sum(r[3] for r in results)
     print(f"selftest {'PASSED' if not failed else 'FAILED'}: {len(results) - len(failed)}/{len(results)} checks "
-          f"in {total:.0f} s on {'GPU' if gpu else 'CPU (reduced)'}")
+          f"in {total:.0f} s on {'GPU' if gpu else 'CPU (reduced)'}; {kept}")
     return 3 if failed else 0

@@ -33,12 +33,13 @@ def make_drafter(kind: str, *, target=None, path=None, device=None, **kw) -> Dra
     """Build a drafter by name: ``ngram``, ``draft-lm`` (``path``), ``eagle3`` (``path``), ``random``, ``target``."""
     from hwprobe.cli import HwprobeError
 
+    kw_dtype = kw.pop("dtype", None)     # the draft LM's weights dtype (the target's --dtype)
     if kind == "ngram":
         from hwprobe.drafters.ngram import NGramDrafter
         return NGramDrafter(**kw)
     if kind == "draft-lm":
         from hwprobe.drafters.draft_lm import DraftLMDrafter
-        return DraftLMDrafter.from_dir(path, device=device)
+        return DraftLMDrafter.from_dir(path, device=device, dtype=kw_dtype)
     if kind == "eagle3":
         from hwprobe.drafters.eagle3 import Eagle3Drafter
         return Eagle3Drafter.from_dir(path, target=target, device=device)

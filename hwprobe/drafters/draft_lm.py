@@ -27,14 +27,15 @@ class DraftLMDrafter(Drafter):
         self.start([])
 
     @classmethod
-    def from_dir(cls, path, *, device=None):
+    def from_dir(cls, path, *, device=None, dtype=None):
+        """Load the draft LM in ``dtype`` (the target's; float32 when None), so its times are that dtype's."""
         from hwprobe.cli import HwprobeError
         from hwprobe.models import load_causal_lm, resolve_model_dir
 
         if path is None:
             raise HwprobeError("the draft-lm drafter needs --drafter-dir DIR (or 'tiny')")
         d = resolve_model_dir(str(path), "drafter") if str(path) == "tiny" else resolve_model_dir(str(Path(path)))
-        model = load_causal_lm(d)
+        model = load_causal_lm(d, dtype=dtype or torch.float32)
         if device is not None:
             model.to(device)
         return cls(model)

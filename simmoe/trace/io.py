@@ -14,7 +14,10 @@ Layout (``docs/trace-format.md`` has the full description):
   (every node against its parent, level-1 nodes against the root);
 * the parquet schema metadata key ``simmoe`` holds JSON with the schema
   version, the route codec, ``Trace.meta`` and the request table (the
-  prefill expert unions bit-packed, zstd-compressed, base64).
+  prefill expert unions bit-packed, zstd-compressed, base64) and
+  ``content_sha256``, a SHA-256 over that JSON and every decoded array, so
+  that a damaged file that still decodes is caught instead of read wrong
+  (files written before the digest existed have none and are read without).
 
 Reading is columnar: list and binary columns are turned into flat numpy
 arrays from their arrow buffers, and routes are decoded level by level
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -38,8 +42,8 @@ import pyarrow.parquet as pq
 from simmoe.atomicio import write_atomic
 from simmoe.errors import TraceError
 from simmoe.trace import route_codec
-from simmoe.trace.schema import SCHEMA_VERSION, ModelGeometry, Requests, Trace
-from simmoe.trace.validate import check_pool_structure, validate_trace
+from simmoe.trace.schema import READ_SCHEMA_VERSIONS, SCHEMA_VERSION, ModelGeometry, Requests, Trace, strict_int
+from simmoe.trace.validate import check_pool_structure, check_rows, validate_trace
 
 METADATA_KEY = b"simmoe"
 FORMAT_NAME = "simmoe-trace"
@@ -52,10 +56,13 @@ DECODE_THREADS = min(2, os.cpu_count() or 1)
 SCALAR_COLUMNS = {"pos_request": pa.int32(), "pos_index": pa.int32(), "root_token": pa.int32()}
 NODE_COLUMNS = {"node_parent": pa.int16(), "node_level": pa.int8(), "node_token": pa.int32(),
                 "node_q": pa.float32(), "node_p": pa.float32(), "node_agree": pa.bool_()}
-OPTIONAL_NODE_COLUMNS = {"node_target_prob": pa.float32()}
+OPTIONAL_NODE_COLUMNS = {"node_target_prob": pa.float32(), "node_target_cdf": pa.float32()}
 ROUTE_PARTS = ("keep", "place", "new")
 ROUTE_COLUMNS = [f"{who}_routes_{part}" for who in ("root", "node") for part in ROUTE_PARTS]
 DRAFT_TIME_COLUMN = "draft_time_ms"
+DIGEST_KEY = "content_sha256"
+HEADER_KEYS = {"format", "schema_version", "route_codec", "route_dtype", "place_coding", "meta", "requests",
+               DIGEST_KEY}
 
 
 # ---------------------------------------------------------------- writing ---
@@ -76,7 +83,7 @@ def write_trace(trace: Trace, path) -> None:
         use_dictionary=False, data_page_size=8 << 20, write_statistics=False,
         # Floats compress better split into byte planes; nested columns are named by their leaf path.
         column_encoding={f"{c}.list.element": "BYTE_STREAM_SPLIT"
-                         for c in ("node_q", "node_p", "node_target_prob") if c in table.column_names},
+                         for c in ("node_q", "node_p", *OPTIONAL_NODE_COLUMNS) if c in table.column_names},
     ))
 
 
@@ -117,8 +124,9 @@ def _to_table(trace: Trace, path: str) -> pa.Table:
     }
     for name, vtype in NODE_COLUMNS.items():
         columns[name] = _list_array(node_ptr, getattr(trace, name), vtype)
-    if trace.node_target_prob is not None:
-        columns["node_target_prob"] = _list_array(node_ptr, trace.node_target_prob, pa.float32())
+    for name in OPTIONAL_NODE_COLUMNS:
+        if getattr(trace, name) is not None:
+            columns[name] = _list_array(node_ptr, getattr(trace, name), pa.float32())
     if trace.draft_time_ms is not None:
         dt = np.asarray(trace.draft_time_ms, dtype=np.float32)
         columns[DRAFT_TIME_COLUMN] = _list_array(np.arange(P + 1, dtype=np.int64) * dt.shape[1],
@@ -134,7 +142,8 @@ def _to_table(trace: Trace, path: str) -> pa.Table:
     table = pa.table(columns)
     header = {
         "format": FORMAT_NAME,
-        "schema_version": SCHEMA_VERSION,
+        # a version-1 trace (read from an old file) is written back as version 1: its meta says so
+        "schema_version": trace.meta.get("schema_version", SCHEMA_VERSION),
         "route_codec": ROUTE_CODEC,
         "route_dtype": dtype.name,
         "place_coding": route_codec.place_coding(geometry.top_k),
@@ -142,10 +151,48 @@ def _to_table(trace: Trace, path: str) -> pa.Table:
         "requests": _requests_to_json(trace.requests),
     }
     try:
+        header[DIGEST_KEY] = content_digest(header, trace)
         blob = json.dumps(header, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TraceError(f"trace metadata is not JSON-serialisable: {exc}", path=path, field="meta") from None
     return table.replace_schema_metadata({METADATA_KEY: blob.encode()})
+
+
+def _digest_arrays(trace: Trace):
+    """(name, array) in the dtypes and shapes :func:`read_trace` returns, optional columns when present."""
+    g = trace.geometry
+    L, k = g.num_layers, g.top_k
+    yield "pos_request", np.asarray(trace.pos_request, dtype=np.int32)
+    yield "pos_index", np.asarray(trace.pos_index, dtype=np.int32)
+    yield "root_token", np.asarray(trace.root_token, dtype=np.int32)
+    yield "node_ptr", np.asarray(trace.node_ptr, dtype=np.int64)
+    for name, vtype in NODE_COLUMNS.items():
+        yield name, np.asarray(getattr(trace, name), dtype=vtype.to_pandas_dtype())
+    yield "root_routes", np.asarray(trace.root_routes, dtype=g.route_dtype).reshape(-1, L, k)
+    yield "node_routes", np.asarray(trace.node_routes, dtype=g.route_dtype).reshape(-1, L, k)
+    if trace.node_target_prob is not None:
+        yield "node_target_prob", np.asarray(trace.node_target_prob, dtype=np.float32)
+    if trace.node_target_cdf is not None:
+        yield "node_target_cdf", np.asarray(trace.node_target_cdf, dtype=np.float32)
+    if trace.draft_time_ms is not None:
+        yield DRAFT_TIME_COLUMN, np.asarray(trace.draft_time_ms, dtype=np.float32)
+
+
+def content_digest(header: dict, trace: Trace) -> str:
+    """SHA-256 (hex) of the header JSON (without the digest) and every array of ``trace``.
+
+    Arrays are hashed in the dtypes that reading gives, so the digest of a
+    written trace equals that of the trace read back.  O(bytes of the trace).
+    """
+    h = hashlib.sha256()
+    rest = {key: value for key, value in header.items() if key != DIGEST_KEY}
+    # as read back: tuples become lists, keys strings; then a canonical text
+    h.update(json.dumps(json.loads(json.dumps(rest, allow_nan=False)), sort_keys=True).encode())
+    for name, a in _digest_arrays(trace):
+        a = np.ascontiguousarray(a)
+        h.update(f"|{name}:{a.dtype.str}:{a.shape}|".encode())
+        h.update(a.view(np.uint8) if a.dtype == bool else a)
+    return h.hexdigest()
 
 
 def _list_array(offsets: np.ndarray, values, vtype: pa.DataType) -> pa.Array:
@@ -187,36 +234,57 @@ def read_trace(path, *, validate: bool = True) -> Trace:
     of the route columns).
     """
     spath = str(path)
+    if Path(path).is_dir():
+        raise TraceError("is a folder, not a trace file", path=spath)
     if not Path(path).is_file():
         raise TraceError("no such file", path=spath)
+    # Damaged bytes make the parquet reader raise many kinds of errors (arrow's, OSError, a
+    # UnicodeDecodeError from a column name...): whatever it raises means the file is unreadable.
     try:
         pfile = pq.ParquetFile(path, memory_map=True)
         schema = pfile.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
-        raise TraceError(f"not a parquet file ({exc})", path=spath) from None
+    except Exception as exc:
+        raise TraceError(f"not a parquet file ({_one_line(exc)})", path=spath) from None
     header = _read_header(schema, spath)
     meta = header["meta"]
     try:
         geometry = ModelGeometry.from_dict(meta["geometry"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry ({exc!r})", path=spath, field="meta.geometry") from None
+    except KeyError as exc:
+        raise TraceError(f"bad model geometry: no {exc}", path=spath, field="meta.geometry") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad model geometry: {exc}", path=spath, field="meta.geometry") from None
     if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
-        raise TraceError(f"bad model geometry {geometry.to_dict()}", path=spath, field="meta.geometry")
+        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
+                         path=spath, field="meta.geometry")
+    if geometry.num_experts > 65536:
+        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
+                         path=spath, field="meta.geometry")
+    if header.get("route_dtype", geometry.route_dtype.name) != geometry.route_dtype.name:
+        raise TraceError(f"route dtype {header.get('route_dtype')!r} does not fit {geometry.num_experts} "
+                         f"experts (expected {geometry.route_dtype.name!r})", path=spath, field="route_dtype")
+    if (problem := geometry.layer_problem()) is not None:
+        raise TraceError(problem, path=spath, field="meta.geometry")
     _check_column_types(schema, spath)
     try:
         table = pfile.read()
-    except (pa.ArrowException, OSError) as exc:
-        raise TraceError(f"unreadable parquet data ({exc})", path=spath) from None
+        table.validate(full=True)   # offsets within their buffers, before numpy views them
+    except Exception as exc:
+        raise TraceError(f"unreadable parquet data ({_one_line(exc)})", path=spath) from None
     for name in table.column_names:
         col = table.column(name)
         if col.null_count:
             row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
             raise TraceError("missing value", path=spath, row=row, field=name)
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            _check_no_null_elements(col, name, spath)
 
     P = table.num_rows
     pos_request = _scalar(table, "pos_request")
     pos_index = _scalar(table, "pos_index")
     root_token = _scalar(table, "root_token")
+    requests = _requests_from_json(header["requests"], geometry, spath)
+    # Roots are coded against the previous row of the same request: the rows must be right first.
+    check_rows(requests, pos_request, pos_index, path=spath)
     node_ptr, node = _node_lists(table, spath)
     check_pool_structure(node_ptr, node["node_parent"], node["node_level"], path=spath)
 
@@ -234,14 +302,18 @@ def read_trace(path, *, validate: bool = True) -> Trace:
     node_routes = _decode_nodes(table, node_ptr, node["node_parent"], node["node_level"],
                                 root_routes, geometry, spath)
     trace = Trace(
-        meta=meta, requests=_requests_from_json(header["requests"], geometry, spath),
+        meta=meta, requests=requests,
         pos_request=pos_request, pos_index=pos_index, root_token=root_token,
         root_routes=root_routes, node_ptr=node_ptr,
         node_parent=node["node_parent"], node_level=node["node_level"], node_token=node["node_token"],
         node_q=node["node_q"], node_p=node["node_p"], node_agree=node["node_agree"],
         node_routes=node_routes, node_target_prob=node.get("node_target_prob"),
+        node_target_cdf=node.get("node_target_cdf"),
         draft_time_ms=draft_time, path=spath,
     )
+    if DIGEST_KEY in header and content_digest(header, trace) != header[DIGEST_KEY]:
+        raise TraceError(f"the file is damaged: its content does not match its checksum ({DIGEST_KEY})",
+                         path=spath, field=DIGEST_KEY)
     if validate:
         validate_trace(trace, path=spath)
     return trace
@@ -254,12 +326,19 @@ def _read_header(schema: pa.Schema, path: str) -> dict:
     try:
         header = json.loads(raw)
     except ValueError as exc:
-        raise TraceError(f"unreadable trace metadata ({exc})", path=path, field="simmoe") from None
+        raise TraceError(f"unreadable trace metadata ({_one_line(exc)})", path=path, field="simmoe") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
         raise TraceError("not a simmoe trace (metadata has no format tag)", path=path, field="format")
+    unknown = sorted(set(header) - HEADER_KEYS)
+    if unknown:
+        raise TraceError(f"unknown metadata key {unknown[0]!r} (damaged, or written by a newer simmoe)",
+                         path=path, field="simmoe")
+    if DIGEST_KEY in header and not isinstance(header[DIGEST_KEY], str):
+        raise TraceError("the checksum is not a string", path=path, field=DIGEST_KEY)
     version = header.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise TraceError(f"unknown schema version {version!r} (this simmoe reads version {SCHEMA_VERSION})",
+    if version not in READ_SCHEMA_VERSIONS or isinstance(version, bool):
+        raise TraceError(f"unknown schema version {version!r} (this simmoe reads versions "
+                         f"{', '.join(map(str, READ_SCHEMA_VERSIONS))})",
                          path=path, field="schema_version")
     if header.get("route_codec") != ROUTE_CODEC:
         raise TraceError(f"unknown route codec {header.get('route_codec')!r} (expected {ROUTE_CODEC!r})",
@@ -267,9 +346,9 @@ def _read_header(schema: pa.Schema, path: str) -> dict:
     for key in ("meta", "requests"):
         if not isinstance(header.get(key), dict):
             raise TraceError(f"metadata has no {key!r} object", path=path, field=key)
-    if header["meta"].get("schema_version") != SCHEMA_VERSION:
-        raise TraceError(f"unknown schema version {header['meta'].get('schema_version')!r} "
-                         f"(this simmoe reads version {SCHEMA_VERSION})", path=path, field="meta.schema_version")
+    if header["meta"].get("schema_version") != version:
+        raise TraceError(f"schema version {header['meta'].get('schema_version')!r} of the trace's meta differs "
+                         f"from the file's {version!r}", path=path, field="meta.schema_version")
     return header
 
 
@@ -306,6 +385,24 @@ def _check_column_types(schema: pa.Schema, path: str) -> None:
     if unknown:
         raise TraceError(f"unknown column (not in schema version {SCHEMA_VERSION})", path=path,
                          field=sorted(unknown)[0])
+
+
+def _check_no_null_elements(col: pa.ChunkedArray, name: str, path: str) -> None:
+    """A list column's elements must all be present (a null element would turn into NaN or garbage)."""
+    base = 0
+    for chunk in col.chunks:
+        values = chunk.flatten()
+        if values.null_count:
+            off = np.asarray(chunk.offsets, dtype=np.int64)
+            first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+            row = base + int(np.searchsorted(off - off[0], first, side="right")) - 1
+            raise TraceError("missing value in a list", path=path, row=row, field=name)
+        base += len(chunk)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's text on one line (arrow's messages may span several)."""
+    return " ".join(str(exc).split())
 
 
 def _scalar(table: pa.Table, name: str) -> np.ndarray:
@@ -427,7 +524,7 @@ def _decode_roots(table: pa.Table, pos_request: np.ndarray, geometry: ModelGeome
     same = np.zeros(P, dtype=bool)
     same[1:] = pos_request[1:] == pos_request[:-1]
     first = np.flatnonzero(~same)
-    has_keep = keep[first].reshape(len(first), -1).any(axis=1)
+    has_keep = keep[first].reshape(len(first), -1).any(axis=1) if P else np.zeros(0, dtype=bool)
     if has_keep.any():
         raise TraceError("the first position of a request keeps experts of a reference it does not have",
                          path=path, row=int(first[np.flatnonzero(has_keep)[0]]), field="root_routes_keep")
@@ -477,6 +574,21 @@ def _decode_nodes(table: pa.Table, node_ptr: np.ndarray, parent: np.ndarray, lev
     return routes
 
 
+def _int_list(d: dict, key: str, path: str) -> np.ndarray:
+    values = d[key]
+    if not isinstance(values, list):
+        raise TraceError(f"must be a list, got {type(values).__name__}", path=path, field=f"requests.{key}")
+    bad = next((i for i, x in enumerate(values) if isinstance(x, bool) or not isinstance(x, int)), None)
+    if bad is not None:
+        raise TraceError(f"entry {bad} is {values[bad]!r}: must be an integer", path=path,
+                         field=f"requests.{key}")
+    if any(not 0 <= x < 2**31 for x in values):
+        bad = next(i for i, x in enumerate(values) if not 0 <= x < 2**31)
+        raise TraceError(f"entry {bad} is {values[bad]}: must be in [0, 2^31)", path=path,
+                         field=f"requests.{key}")
+    return np.array(values, dtype=np.int32)
+
+
 def _requests_from_json(d: dict, geometry: ModelGeometry, path: str) -> Requests:
     try:
         ids, datasets = d["request_id"], d["dataset"]
@@ -485,23 +597,45 @@ def _requests_from_json(d: dict, geometry: ModelGeometry, path: str) -> Requests
             if len(d[key]) != R:
                 raise TraceError(f"{len(d[key])} entries for {R} requests", path=path, field=f"requests.{key}")
         pu = d["prefill_union"]
-        shape = tuple(int(x) for x in pu["shape"])
+        try:
+            shape = tuple(strict_int({"shape": x}, "shape") for x in pu["shape"])
+            raw_bytes = strict_int(pu, "raw_bytes")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(f"bad header ({exc})", path=path, field="requests.prefill_union") from None
         if shape != (R, geometry.num_layers, geometry.num_experts):
             raise TraceError(f"shape {shape}, expected {(R, geometry.num_layers, geometry.num_experts)}",
                              path=path, field="requests.prefill_union")
-        raw = pa.decompress(base64.b64decode(pu["zstd_base64"]), decompressed_size=int(pu["raw_bytes"]),
-                            codec="zstd", asbytes=True)
+        want_bytes = (int(np.prod(shape)) + 7) // 8
+        if raw_bytes != want_bytes:
+            raise TraceError(f"raw_bytes {raw_bytes}, expected {want_bytes} for shape {shape}",
+                             path=path, field="requests.prefill_union")
+        try:
+            raw = pa.decompress(base64.b64decode(pu["zstd_base64"], validate=True),
+                                decompressed_size=raw_bytes, codec="zstd", asbytes=True)
+        except (ValueError, OSError, pa.ArrowException) as exc:
+            raise TraceError(f"the expert unions cannot be decoded (damaged: {_one_line(exc)})", path=path,
+                             field="requests.prefill_union") from None
         bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:int(np.prod(shape))]
         if len(bits) != int(np.prod(shape)):
             raise TraceError("too few bits for its shape", path=path, field="requests.prefill_union")
+        times = d["prefill_time_ms"]
+        bad = next((i for i, x in enumerate(times)
+                    if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)))), None)
+        if bad is not None:
+            raise TraceError(f"entry {bad} is {times[bad]!r}: must be a number or null", path=path,
+                             field="requests.prefill_time_ms")
+        for key, values in (("request_id", ids), ("dataset", datasets)):
+            bad = next((i for i, x in enumerate(values) if not isinstance(x, str)), None)
+            if bad is not None:
+                raise TraceError(f"entry {bad} is {values[bad]!r}: must be a string", path=path,
+                                 field=f"requests.{key}")
         return Requests(
-            request_id=np.array([str(x) for x in ids], dtype=object),
-            dataset=np.array([str(x) for x in datasets], dtype=object),
-            prompt_len=np.array(d["prompt_len"], dtype=np.int32),
-            output_len=np.array(d["output_len"], dtype=np.int32),
+            request_id=np.array(list(ids), dtype=object),
+            dataset=np.array(list(datasets), dtype=object),
+            prompt_len=_int_list(d, "prompt_len", path),
+            output_len=_int_list(d, "output_len", path),
             prefill_union=bits.reshape(shape).astype(bool),
-            prefill_time_ms=np.array([np.nan if x is None else float(x) for x in d["prefill_time_ms"]],
-                                     dtype=np.float64),
+            prefill_time_ms=np.array([np.nan if x is None else float(x) for x in times], dtype=np.float64),
         )
     except TraceError:
         raise

@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this simmoe reads.  Version 2 added sampled verification (meta "sampling" and the
+# optional node_target_cdf column, simmoe.trace.sampling); a version-1 file is greedy-only.
+READ_SCHEMA_VERSIONS = (1, 2)
 
 # Provenance kinds (``meta["provenance"]["kind"]``).
 SYNTHETIC = "synthetic"
@@ -46,15 +49,55 @@ class ModelGeometry:
     top_k: int
     expert_bytes: int = 0
     name: str = ""
+    # Which decoder layers are MoE layers (ascending; ``num_layers`` of them) out of
+    # ``decoder_layers``.  Empty / 0: not recorded, every decoder layer is a MoE layer.
+    # Routes, caches and copies exist for MoE layers only; the dense layers' time
+    # is part of the profile's non-expert forward time.
+    moe_layers: tuple[int, ...] = ()
+    decoder_layers: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"num_layers": self.num_layers, "num_experts": self.num_experts,
-                "top_k": self.top_k, "expert_bytes": self.expert_bytes, "name": self.name}
+        d = {"num_layers": self.num_layers, "num_experts": self.num_experts,
+             "top_k": self.top_k, "expert_bytes": self.expert_bytes, "name": self.name}
+        if self.moe_layers or self.decoder_layers:
+            d["moe_layers"] = [int(i) for i in self.moe_layers]
+            d["decoder_layers"] = int(self.decoder_layers)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelGeometry":
-        return cls(int(d["num_layers"]), int(d["num_experts"]), int(d["top_k"]),
-                   int(d.get("expert_bytes", 0)), str(d.get("name", "")))
+        """Integers must be JSON integers: ``"48"`` or ``48.7`` raise ``ValueError`` naming the key."""
+        if not isinstance(d, dict):
+            raise TypeError(f"must be a JSON object, got {d!r}")
+        name = d.get("name", "")
+        if not isinstance(name, str):
+            raise ValueError(f"'name' must be a string, got {name!r}")
+        moe = d.get("moe_layers", [])
+        if not isinstance(moe, list):
+            raise ValueError(f"'moe_layers' must be a list of integers, got {moe!r}")
+        return cls(strict_int(d, "num_layers"), strict_int(d, "num_experts"), strict_int(d, "top_k"),
+                   strict_int(d, "expert_bytes", 0), name,
+                   tuple(strict_int({"moe_layers": i}, "moe_layers") for i in moe),
+                   strict_int(d, "decoder_layers", 0))
+
+    @property
+    def dense_layers(self) -> tuple[int, ...]:
+        """Decoder layers without routed experts (empty when the geometry does not say)."""
+        moe = set(self.moe_layers)
+        return tuple(i for i in range(self.decoder_layers) if i not in moe)
+
+    def layer_problem(self) -> str | None:
+        """What is inconsistent between ``moe_layers``, ``decoder_layers`` and ``num_layers``, or None."""
+        if not self.moe_layers and not self.decoder_layers:
+            return None
+        m = list(self.moe_layers)
+        if len(m) != self.num_layers:
+            return f"moe_layers lists {len(m)} layers but num_layers is {self.num_layers}"
+        if any(b <= a for a, b in zip(m, m[1:])) or m[0] < 0:
+            return f"moe_layers {m} must be ascending decoder-layer indices"
+        if m[-1] >= self.decoder_layers:
+            return f"moe_layers {m} do not fit in {self.decoder_layers} decoder layers"
+        return None
 
     @property
     def route_dtype(self) -> np.dtype:
@@ -76,7 +119,20 @@ class PoolShape:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PoolShape":
-        return cls(int(d["expand_topk"]), int(d["depth"]), int(d["max_nodes"]), int(d["K"]))
+        if not isinstance(d, dict):
+            raise TypeError(f"must be a JSON object, got {d!r}")
+        return cls(strict_int(d, "expand_topk"), strict_int(d, "depth"), strict_int(d, "max_nodes"),
+                   strict_int(d, "K"))
+
+
+def strict_int(d: dict[str, Any], key: str, default: int | None = None) -> int:
+    """``d[key]`` when it is an integer (not a bool, a float or a string); ``ValueError`` names the key."""
+    if key not in d and default is not None:
+        return default
+    value = d[key]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{key!r} must be an integer, got {value!r}")
+    return int(value)
 
 
 @dataclass
@@ -115,8 +171,11 @@ class Trace:
     node_agree: np.ndarray      # bool [M]: the target's greedy prediction equals the token
     node_routes: np.ndarray     # uint8/uint16 [M, L, k], sorted ascending per layer
     # optional columns (None when not recorded)
-    node_target_prob: np.ndarray | None = None   # float32 [M]
+    node_target_prob: np.ndarray | None = None   # float32 [M]: target probability of the token
     draft_time_ms: np.ndarray | None = None      # float32 [P, depth]: measured per level
+    # float32 [M]: target mass of the tokens below the node's token at meta["sampling"] temperature
+    # (with node_target_prob = p_T(token | path) there; simmoe.trace.sampling)
+    node_target_cdf: np.ndarray | None = None
     path: str | None = field(default=None, compare=False)
 
     # -- geometry -----------------------------------------------------------

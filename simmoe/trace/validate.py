@@ -11,7 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from simmoe.errors import TraceError
-from simmoe.trace.schema import HWPROBE, IMPORTED, SCHEMA_VERSION, SYNTHETIC, ModelGeometry, PoolShape, Trace
+from simmoe.trace.sampling import check_sampling
+from simmoe.trace.schema import (
+    HWPROBE,
+    IMPORTED,
+    READ_SCHEMA_VERSIONS,
+    SYNTHETIC,
+    ModelGeometry,
+    PoolShape,
+    Trace,
+)
 
 PROVENANCE_KINDS = (SYNTHETIC, HWPROBE, IMPORTED)
 # p = q · p(parent) is recomputed in float64; recorders multiply in float32.
@@ -30,6 +39,7 @@ def validate_trace(trace: Trace, path=None) -> None:
     check_pool_structure(node_ptr, trace.node_parent, trace.node_level, path=path)
     _check_pool_limits(node_ptr, trace.node_level, shape, path)
     _check_probabilities(trace, node_ptr, path)
+    check_sampling(trace, path)
     check_routes(trace.root_routes, geometry, "root_routes", path=path)
     check_routes(trace.node_routes, geometry, "node_routes", path=path, node_ptr=node_ptr)
     if (trace.root_token < 0).any():
@@ -46,9 +56,13 @@ def validate_trace(trace: Trace, path=None) -> None:
 def _check_meta(meta, path) -> tuple[ModelGeometry, PoolShape]:
     if not isinstance(meta, dict):
         raise TraceError("meta is not a dict", path=path, field="meta")
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise TraceError(f"unknown schema version {meta.get('schema_version')!r} "
-                         f"(this simmoe knows version {SCHEMA_VERSION})", path=path, field="meta.schema_version")
+    version = meta.get("schema_version")
+    if isinstance(version, bool) or version not in READ_SCHEMA_VERSIONS:
+        raise TraceError(f"unknown schema version {version!r} (this simmoe knows versions "
+                         f"{', '.join(map(str, READ_SCHEMA_VERSIONS))})", path=path, field="meta.schema_version")
+    if version == 1 and "sampling" in meta:
+        raise TraceError("sampled-verification data (meta.sampling) needs schema version 2", path=path,
+                         field="meta.schema_version")
     prov = meta.get("provenance")
     if not isinstance(prov, dict) or prov.get("kind") not in PROVENANCE_KINDS:
         kind = prov.get("kind") if isinstance(prov, dict) else prov
@@ -56,18 +70,24 @@ def _check_meta(meta, path) -> tuple[ModelGeometry, PoolShape]:
                          path=path, field="meta.provenance")
     try:
         geometry = ModelGeometry.from_dict(meta["geometry"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry ({exc!r})", path=path, field="meta.geometry") from None
+    except KeyError as exc:
+        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
     if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
         raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
                          path=path, field="meta.geometry")
     if geometry.num_experts > 65536:
         raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
                          path=path, field="meta.geometry")
+    if (problem := geometry.layer_problem()) is not None:
+        raise TraceError(problem, path=path, field="meta.geometry")
     try:
         shape = PoolShape.from_dict(meta["pool_shape"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"bad pool shape ({exc!r})", path=path, field="meta.pool_shape") from None
+    except KeyError as exc:
+        raise TraceError(f"bad pool shape: no {exc}", path=path, field="meta.pool_shape") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad pool shape: {exc}", path=path, field="meta.pool_shape") from None
     if min(shape.expand_topk, shape.depth, shape.max_nodes, shape.K) < 0:
         raise TraceError(f"negative value in pool shape {shape.to_dict()}", path=path, field="meta.pool_shape")
     return geometry, shape
@@ -118,6 +138,9 @@ def _check_arrays(trace: Trace, geometry: ModelGeometry, shape: PoolShape, path)
         if (dt < 0).any():
             row = int(np.flatnonzero((dt < 0).any(axis=1))[0])
             raise TraceError("negative draft time", path=path, row=row, field="draft_time_ms")
+        if np.isinf(dt).any():
+            row = int(np.flatnonzero(np.isinf(dt).any(axis=1))[0])
+            raise TraceError("infinite draft time", path=path, row=row, field="draft_time_ms")
     return P, M
 
 
@@ -129,6 +152,8 @@ _KIND_NAMES = {"iu": "an integer type", "i": "a signed integer type", "f": "a fl
 def _check_requests(trace: Trace, geometry: ModelGeometry, path) -> None:
     req = trace.requests
     R = len(req.request_id)
+    if R == 0:
+        raise TraceError(NO_REQUESTS, path=path, field="requests.request_id")
     for name in ("dataset", "prompt_len", "output_len", "prefill_union", "prefill_time_ms"):
         a = getattr(req, name)
         if not isinstance(a, np.ndarray) or len(a) != R:
@@ -142,6 +167,10 @@ def _check_requests(trace: Trace, geometry: ModelGeometry, path) -> None:
         a = getattr(req, name)
         if a.dtype.kind not in "iu" or (a < 0).any():
             raise TraceError("must be non-negative integers", path=path, field=f"requests.{name}")
+    pt = req.prefill_time_ms
+    if pt.dtype.kind != "f" or (np.isinf(pt) | (pt < 0)).any():
+        raise TraceError("must be finite times >= 0 in ms (NaN where unknown)", path=path,
+                         field="requests.prefill_time_ms")
     ids = [str(x) for x in req.request_id]
     if len(set(ids)) != R:
         dup = next(x for i, x in enumerate(ids) if x in ids[:i])
@@ -149,14 +178,31 @@ def _check_requests(trace: Trace, geometry: ModelGeometry, path) -> None:
 
 
 def _check_positions(trace: Trace, path) -> None:
-    """Rows sorted by request; positions of a request are 0 .. output_len - 1, each exactly once."""
-    R, P = len(trace.requests), trace.num_positions
-    req = np.asarray(trace.pos_request, dtype=np.int64)
-    pos = np.asarray(trace.pos_index, dtype=np.int64)
+    check_rows(trace.requests, trace.pos_request, trace.pos_index, path=path)
+
+
+NO_REQUESTS = "the trace has no requests (a trace holds at least one)"
+
+
+def check_rows(requests, pos_request: np.ndarray, pos_index: np.ndarray, path=None) -> None:
+    """Rows sorted by request; positions of a request are 0 .. output_len - 1, each exactly once, in order.
+
+    Needs only the request table and the two position columns, so reading
+    runs it before decoding routes (roots are coded against the previous row
+    of the same request).  A wrong position is named as a duplicate (and
+    where the first one is), out of order (and where the expected one is)
+    or missing.  O(P).
+    """
+    R, P = len(requests), len(pos_index)
+    if R == 0:
+        raise TraceError(NO_REQUESTS, path=path, field="requests.request_id")
+    req = np.asarray(pos_request, dtype=np.int64)
+    pos = np.asarray(pos_index, dtype=np.int64)
     bad = (req < 0) | (req >= R)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"request index {req[row]} outside [0, {R})", path=path, row=row, field="pos_request")
+        raise TraceError(f"request index {req[row]} outside [0, {R}): the trace has {R} request"
+                         f"{'s' if R != 1 else ''}", path=path, row=row, field="pos_request")
     if P and np.any(np.diff(req) < 0):
         row = int(np.flatnonzero(np.diff(req) < 0)[0]) + 1
         raise TraceError(f"request {req[row]} listed after request {req[row - 1]}: rows must be sorted by request",
@@ -168,19 +214,26 @@ def _check_positions(trace: Trace, path) -> None:
     bad = pos != expected
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        rid = trace.requests.request_id[req[row]]
-        if same[row] and pos[row] == pos[row - 1]:
-            what = f"duplicate position {pos[row]}"
-        elif same[row] and pos[row] < pos[row - 1]:
-            what = f"position {pos[row]} after position {pos[row - 1]}: positions must be sorted"
+        rid = requests.request_id[req[row]]
+        start, end = int(run_start[row]), int(np.searchsorted(req, req[row], side="right"))
+        want = int(expected[row])
+        earlier = np.flatnonzero(pos[start:row] == pos[row])
+        later = np.flatnonzero(pos[row + 1:end] == want)
+        if pos[row] < 0:
+            what = f"negative position {pos[row]}"
+        elif len(earlier):
+            what = f"duplicate position {pos[row]} (also at row {start + int(earlier[0])})"
+        elif len(later):
+            what = (f"positions out of order: position {pos[row]} at row {row} comes before position {want} "
+                    f"at row {row + 1 + int(later[0])}; positions must be sorted")
         else:
-            what = f"position {expected[row]} is missing (found {pos[row]})"
+            what = f"position {want} is missing (found {pos[row]})"
         raise TraceError(f"request {rid!r}: {what}", path=path, row=row, field="pos_index")
     counts = np.bincount(req, minlength=R)
-    out_len = np.asarray(trace.requests.output_len, dtype=np.int64)
+    out_len = np.asarray(requests.output_len, dtype=np.int64)
     if np.any(counts != out_len):
         r = int(np.flatnonzero(counts != out_len)[0])
-        rid = trace.requests.request_id[r]
+        rid = requests.request_id[r]
         row = int(np.searchsorted(req, r)) if counts[r] else None
         raise TraceError(f"request {rid!r} has {counts[r]} positions but output_len {out_len[r]}"
                          f"{' (positions missing at the end)' if counts[r] < out_len[r] else ''}",

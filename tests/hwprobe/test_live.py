@@ -100,7 +100,7 @@ def test_atlas_forward_leaves_cache_and_counters_alone():
     offloaded = lm_forward(model, other, new_cache(model)).logits
     assert torch.equal(bypass, offloaded)                 # same arithmetic, so the same routes
     assert backend.collect().total_copies > 0             # the offloaded forward did copy: the bypass is real
-    assert type(model.model.layers[0].mlp.experts).__name__ == "OffloadedExperts"   # restored
+    assert not any(layer.bypass for layer in backend.layers)                          # restored
 
 
 def test_lossless_check_catches_a_wrong_output(monkeypatch):

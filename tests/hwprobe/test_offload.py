@@ -47,11 +47,19 @@ def pair():
     return ref, off, backend
 
 
-def test_replaces_every_experts_module(pair):
-    _, off, backend = pair
+def test_offloads_every_experts_module_through_the_interface(pair):
+    from hwprobe.offload import IMPL
+
+    ref, off, backend = pair
     assert len(backend.layers) == 2
-    assert all(isinstance(l.mlp.experts, OffloadedExperts) for l in off.model.layers)
+    for l in off.model.layers:
+        experts = l.mlp.experts
+        assert type(experts) is type(ref.model.layers[0].mlp.experts)          # nothing replaced
+        assert isinstance(experts.__dict__["_hwprobe_offload"], OffloadedExperts)
+        assert "gate_up_proj" not in dict(experts.named_parameters())          # the weights live on the host
+        assert experts.config._experts_implementation == IMPL
     assert backend.expert_bytes == 3 * 64 * 32 * 4
+    assert backend.host_bytes == 2 * 8 * backend.expert_bytes
 
 
 @pytest.mark.parametrize("slots", [0, 1, 3, 8])
@@ -139,12 +147,17 @@ def test_bad_inputs():
     with pytest.raises(HwprobeError, match="slots"):
         install_offload(m, slots=-1, device=CPU)
 
-    class Plain(torch.nn.Module):
+    class Hollow(torch.nn.Module):
+        """The interface's flags without its fused weights."""
+        has_gate, is_transposed, _is_expert_parallel = True, False, False
         num_experts = 8
 
+        def _apply_gate(self, x):
+            return x
+
     m2 = tiny_model()
-    m2.model.layers[0].mlp.experts = Plain()
-    with pytest.raises(HwprobeError, match="gate_up_proj"):
+    m2.model.layers[0].mlp.experts = Hollow()
+    with pytest.raises(HwprobeError, match="no gate_up_proj, down_proj"):
         install_offload(m2, slots=2, device=CPU)
 
 

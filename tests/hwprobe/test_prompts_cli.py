@@ -67,4 +67,55 @@ def test_selftest_cpu_version(capsys, prompts_file):
     rc = main(["selftest", "--device", "cpu", "--prompts", str(prompts_file)])
     out = capsys.readouterr().out
     assert "reduced CPU version" in out
-    assert rc == 0 and "selftest PASSED: 4/4" in out
+    assert rc == 0 and "selftest PASSED: 6/6" in out
+    assert "bit-identical to resident" in out and "copies started too far ahead: 0" in out
+    assert "deleted now (--keep DIR keeps them)" in out
+
+
+@pytest.mark.slow
+def test_selftest_of_another_architecture_on_cpu(capsys, prompts_file, tmp_path):
+    rc = main(["selftest", "--device", "cpu", "--model", "gpt-oss-20b", "--prompts", str(prompts_file),
+               "--keep", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "selftest of tiny-gpt_oss" in out and f"files kept in {tmp_path}" in out
+    assert (tmp_path / "selftest.parquet").is_file() and (tmp_path / "live-bfloat16.jsonl").is_file()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--layers", "0"], "--layers must be >= 1"),
+    (["--model", "llama"], "unknown --model 'llama'"),
+    (["--model", "qwen3_next"], "cannot verify draft trees"),
+    (["--model", "mixtral-8x7b", "--layers", "33"], "--layers must be in 1..32"),
+    (["--prompts", "MALFORMED"], "malformed lines: line 1: not JSON"),
+])
+def test_selftest_bad_arguments_exit_2(tmp_path, capsys, argv, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    argv = [str(bad) if a == "MALFORMED" else a for a in argv]
+    rc = main(["selftest", "--device", "cpu", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+def test_selftest_a_failing_step_is_reported_not_raised(capsys, prompts_file, monkeypatch):
+    """Any exception inside a step (here out of memory) fails that check, the others still run: exit 3."""
+    import torch
+
+    import hwprobe.selfcheck as selfcheck
+    from hwprobe.copysweep import CopyRow
+
+    def oom(*a, **kw):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(selfcheck, "offload_matrix", oom)
+    monkeypatch.setattr(selfcheck, "live_dtypes", lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("boom")))
+    import hwprobe.copysweep as copysweep
+    monkeypatch.setattr(copysweep, "sweep", lambda *a, **kw: [CopyRow("host memcpy stand-in (no device)", 1, False,
+                                                                     1, 1.0, 1.0)])
+    import hwprobe.cli as cli
+    real_main = cli.main
+    monkeypatch.setattr(cli, "main", lambda argv: 0 if argv[0] in ("record", "calibrate") and False else 7)
+    rc = real_main(["selftest", "--device", "cpu", "--prompts", str(prompts_file)])
+    out = capsys.readouterr().out
+    assert rc == 3
+    assert "FAIL offload equality: out of device memory" in out and "FAIL live bf16 vs fp32: RuntimeError: boom" in out
+    assert "FAIL calibrate: calibrate exited 7" in out and "selftest FAILED: 2/6" in out

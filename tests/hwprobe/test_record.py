@@ -112,7 +112,7 @@ def test_killed_run_resumes_and_never_leaves_a_partial_trace(recorded, tmp_path,
     ("missing", "does not exist"),
     ("no_config", "no config.json"),
     ("no_weights", "no weight files"),
-    ("llama", "unsupported architecture 'llama'"),
+    ("llama", "m/config.json: architecture 'llama' has no experts module using transformers' experts interface"),
 ])
 def test_bad_model_directories(tmp_path, capsys, prompts_file, setup, message):
     d = tmp_path / "m"
