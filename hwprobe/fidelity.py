@@ -116,8 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     from hwprobe.device import describe, pick_device
     from simmoe.hardware.profile import load_profile, save_profile
     from simmoe.trace.io import read_trace
-    from simmoe.validation.live import (assert_exact, compare, derived_cost_model, fit_timing, meets_goals,
-                                   read_live, read_live_passes, selector_time)
+    from simmoe.validation.live import (
+        assert_exact,
+        compare,
+        derived_cost_model,
+        fit_timing,
+        meets_goals,
+        read_live,
+        read_live_passes,
+        selector_time,
+    )
 
     torch.set_num_threads(1)
     out_dir = Path(args.out_dir)
@@ -132,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     common = [*model, "--device", args.device, "--max-new-tokens", str(args.max_new_tokens)]
     fit_p = _prompt_file(work / "fit.jsonl", FIT_PROMPTS, 9001)
     val_p = _prompt_file(work / "validation.jsonl", VALIDATION_PROMPTS, 9101)
-    started, load_before, t0 = datetime.datetime.now(datetime.timezone.utc), _load(), time.perf_counter()
+    started, load_before, t0 = datetime.datetime.now(datetime.UTC), _load(), time.perf_counter()
     try:
         trace_path = work / "trace.parquet"
         _hw(["record", *common, "--slots", "4", "--prompts", str(val_p), "--out", str(trace_path), "--quiet"])

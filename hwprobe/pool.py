@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 
 
-
 @dataclass(frozen=True)
 class PoolSpec:
     expand_topk: int = 2     # children per expanded node
@@ -54,7 +53,7 @@ class Pool:
             j = self.parent[j]
         return out[::-1]
 
-    def subset(self, keep) -> "Pool":
+    def subset(self, keep) -> Pool:
         """The sub-pool of the ancestor-closed node set ``keep`` (ids renumbered, order kept)."""
         keep = sorted(int(j) for j in keep)
         remap = {old: new for new, old in enumerate(keep)}
@@ -68,7 +67,7 @@ class Pool:
             sub.q.append(self.q[old]); sub.p.append(self.p[old])
         return sub
 
-    def upto_level(self, d: int) -> "Pool":
+    def upto_level(self, d: int) -> Pool:
         return self.subset([j for j in range(len(self)) if self.level[j] <= d])
 
 

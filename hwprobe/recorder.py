@@ -77,7 +77,7 @@ class RequestRecord:
         write_atomic(path, write)
 
     @classmethod
-    def load(cls, path: Path) -> "RequestRecord":
+    def load(cls, path: Path) -> RequestRecord:
         with np.load(path, allow_pickle=False) as z:
             scalars = json.loads(str(z["_scalars"]))
             arrays = {k: z[k] for k in z.files if k != "_scalars"}

@@ -25,7 +25,7 @@ class RouteRecorder:
         self._handles = []
         self._captured: list[list[torch.Tensor]] = [[] for _ in self.blocks]
 
-    def __enter__(self) -> "RouteRecorder":
+    def __enter__(self) -> RouteRecorder:
         for j, (_, experts) in enumerate(self.blocks):
             self._handles.append(experts.register_forward_pre_hook(self._hook(j), with_kwargs=True))
         return self

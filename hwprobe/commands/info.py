@@ -36,8 +36,9 @@ def run(args) -> int:
     label = "host memcpy stand-in (no device)" if rows[0].kind == STAND_IN else "host-to-device, pinned"
     print(f"link          {link_gbps(rows):.2f} GB/s ({label}, one 9,437,184-byte copy)")
     if args.model:
-        from hwprobe.models import read_model_type, resolve_model_dir
         import json
+
+        from hwprobe.models import read_model_type, resolve_model_dir
         path = resolve_model_dir(args.model)
         cfg = json.loads((path / "config.json").read_text())
         # transformers 5 saves the expert count as num_local_experts

@@ -91,15 +91,14 @@ def record(args, prompts, out: Path):
     """
     import numpy as np
 
-    from simmoe.trace import SCHEMA_VERSION, PoolShape
-    from simmoe.trace.io import write_trace
-
     from hwprobe.copysweep import link_gbps, sweep
     from hwprobe.device import describe
     from hwprobe.measured_profile import build_profile, fit_forward, profile_dict
     from hwprobe.models import moe_geometry, resident_parts, target_tokenizer
     from hwprobe.recorder import PartsFolder, assemble_trace, check_room, record_request
     from hwprobe.session import TokenProgress, build, oom_is_user_error, prepare
+    from simmoe.trace import SCHEMA_VERSION, PoolShape
+    from simmoe.trace.io import write_trace
 
     plan = prepare(args)
     tok = target_tokenizer(args.model, args.config)
@@ -152,7 +151,7 @@ def record(args, prompts, out: Path):
         "schema_version": SCHEMA_VERSION,
         "provenance": {
             "kind": "hwprobe", "model": s.loaded.name, "device": dev,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": "hwprobe " + shlex.join(getattr(args, "argv", [])),
             "weights": s.loaded.weights, "drafter": s.drafter.name,
             "slots": args.slots if len(slots_used) == 1 else slots_used,

@@ -68,7 +68,8 @@ def resolve_configs(name: str, layers: int) -> tuple[str, str, str]:
 def run(args) -> int:
     import torch
 
-    from hwprobe.cli import HwprobeError, main as hw_main
+    from hwprobe.cli import HwprobeError
+    from hwprobe.cli import main as hw_main
     from hwprobe.copysweep import STAND_IN, link_gbps, sweep
     from hwprobe.device import describe, pick_device
     from hwprobe.prompts import read_prompts

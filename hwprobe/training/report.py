@@ -20,15 +20,13 @@ import os
 import sys
 from pathlib import Path
 
-from simmoe.atomicio import write_bytes_atomic
-
 from hwprobe.training.data import prepare
 from hwprobe.training.draft_agreement import draft_agreement
 from hwprobe.training.losses import lm_loss, unigram_loss
 from hwprobe.training.plans import DrafterShape, TargetShape, TrainPlan
 from hwprobe.training.routing_stats import routing_stats
 from hwprobe.training.train_tiny import THREADS, init_target
-
+from simmoe.atomicio import write_bytes_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = ROOT / "hwprobe" / "tiny" / "model"

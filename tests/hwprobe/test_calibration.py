@@ -7,7 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hwprobe.calibration import ProbeRow, fit_cost_model, min_union_tree, prefix_tree, union_of
 from hwprobe.cli import main

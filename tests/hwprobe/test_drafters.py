@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from hwprobe_models import tiny_model
+
 from hwprobe.cli import HwprobeError
 from hwprobe.drafters.draft_lm import DraftLMDrafter
 from hwprobe.drafters.eagle3 import Eagle3Drafter, Eagle3Head, feature_layers, save_head

@@ -8,9 +8,10 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
 from hwprobe_models import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hwprobe.cli import HwprobeError
 from hwprobe.offload import OffloadedExperts, install_offload
 from hwprobe.routes import RouteRecorder

@@ -49,11 +49,10 @@ def test_trace_is_valid_and_labelled(recorded):
 def test_recorded_output_is_greedy_and_agreement_is_the_targets(recorded):
     import torch
 
-    from simmoe.trace.io import read_trace
-
     from hwprobe.models import load_target
     from hwprobe.specdecode import greedy_generate
     from hwprobe.tree import lm_forward, new_cache
+    from simmoe.trace.io import read_trace
 
     prompts, out = recorded
     tr = read_trace(out)
@@ -78,9 +77,8 @@ def test_replay_end_to_end(recorded):
 
 
 def test_killed_run_resumes_and_never_leaves_a_partial_trace(recorded, tmp_path, monkeypatch, capsys):
-    from simmoe.trace.io import read_trace
-
     import hwprobe.recorder as recorder
+    from simmoe.trace.io import read_trace
 
     prompts, reference = recorded
     out = tmp_path / "t.parquet"
@@ -142,9 +140,9 @@ def test_bad_prompts_and_config(tmp_path, capsys, prompts_file):
 
 
 def test_record_from_a_model_directory(tmp_path, prompts_file):
-    from simmoe.trace.io import read_trace
-
     from hwprobe_models import tiny_model
+
+    from simmoe.trace.io import read_trace
 
     d = tmp_path / "model"
     tiny_model(seed=11).save_pretrained(d)

@@ -7,17 +7,25 @@ import copy
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
 from hwprobe_models import tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hwprobe.drafters.ngram import NGramDrafter
 from hwprobe.drafters.random_draft import RandomDrafter
 from hwprobe.drafters.target_derived import TargetDerivedDrafter
 from hwprobe.offload import install_offload
 from hwprobe.pool import Pool, PoolSpec
 from hwprobe.specdecode import greedy_generate, select_all, select_top_k, speculative_generate
-from hwprobe.tree import (ancestor_matrix, cache_length, compact_cache, greedy_verdict, lm_forward, new_cache,
-                          tree_forward)
+from hwprobe.tree import (
+    ancestor_matrix,
+    cache_length,
+    compact_cache,
+    greedy_verdict,
+    lm_forward,
+    new_cache,
+    tree_forward,
+)
 
 pytestmark = pytest.mark.torch
 
