@@ -9,7 +9,12 @@ Two modes:
   Table 3 ms/cycle (GSM8K, A100: the calibration set) by replaying the trace
   through the engine.  Only meaningful for a GSM8K trace on the A100's
   geometry; a synthetic trace makes the fitted profile synthetic-derived,
-  and its ``source`` says so.
+  and its ``source`` says so.  A trace that cannot identify the free
+  parameters (no draft trees; another layer count than the profile's; a
+  parameter the figures do not depend on) is refused before or during the
+  fit, and a fit that does not converge within ``--max-evaluations`` replays
+  is not written unless ``--allow-unconverged`` is given, which labels it
+  "NOT CONVERGED" in its ``source`` and header.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from simmoe.errors import SimmoeError
 
 DEFAULT_FREE = "forward_ms,expert_ms,copy_ms,draft_level_ms,cache_overhead_ms"
+POOR_FIT = 0.10   # a fit that misses some target by more than this is flagged
 
 
 def register(sub) -> None:
@@ -37,11 +43,16 @@ def register(sub) -> None:
     p.add_argument("--kmax", type=int, default=None, help="largest node count k to fit b_k for (default: largest in the probes)")
     p.add_argument("--free", default=DEFAULT_FREE, help=f"--trace: parameters to fit (default {DEFAULT_FREE})")
     p.add_argument("--slots", type=int, default=48, help="--trace: cache slots of the cached rows (default 48)")
-    p.add_argument("--max-evaluations", type=int, default=60, help="--trace: replay budget of the fit (default 60)")
+    p.add_argument("--max-evaluations", type=int, default=60,
+                   help="--trace: replay budget of the fit, every replay counted (default 60)")
+    p.add_argument("--allow-unconverged", action="store_true",
+                   help="--trace: write the profile even when the fit did not converge, labelled "
+                        "'NOT CONVERGED' (default: refuse to write it)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from simmoe.atomicio import check_writable
     from simmoe.hardware.profile import load_profile, save_profile
 
     out = Path(args.output)
@@ -49,6 +60,9 @@ def run(args) -> int:
         raise SimmoeError(f"output {out} must end in .toml")
     if not (out.parent if str(out.parent) else Path(".")).is_dir():
         raise SimmoeError(f"cannot write {out}: no such folder {out.parent}")
+    check_writable(out)
+    if args.trace and args.max_evaluations < 1:
+        raise SimmoeError(f"--max-evaluations must be at least 1, got {args.max_evaluations}")
     base = load_profile(args.hardware)
     name = args.name or out.stem
     if args.probes:
@@ -95,20 +109,60 @@ def _fit_trace(args, base, name):
     if args.slots <= 0:
         raise SimmoeError("--slots must be > 0")
     trace = read_trace(args.trace)
+    check_identifiable_trace(trace, base, args.trace)
     start = {k: getattr(base, k) for k in TIMING_PARAMS}
     bounds = {"copy_ms": copy_bounds(base.copies_in_flight, base.expert_bytes or 9437184,
                                      base.link_gbps or 24.8)}
     simulate = replay_simulator(trace, base, slots=args.slots)
-    fit = fit_timing(simulate, table3_targets(), start, free, bounds, max_evaluations=args.max_evaluations)
+    try:
+        fit = fit_timing(simulate, table3_targets(), start, free, bounds,
+                         max_evaluations=args.max_evaluations)
+    except SimmoeError as exc:
+        raise SimmoeError(f"trace {args.trace}: {exc}") from None
     lines = [f"{k} = {v:.6g}" for k, v in fit.params.items() if k in free]
     lines += [f"{q}: {fit.predicted[q]:.1f} ms vs {fit.targets[q]:.1f} ({100 * fit.rel_err[q]:+.2f}%)" for q in fit.targets]
+    verdict = (f"converged after {fit.evaluations} replays" if fit.success
+               else f"NOT CONVERGED ({fit.message}; {fit.evaluations} replays)")
+    if not fit.success and not args.allow_unconverged:
+        raise SimmoeError(f"the fit did not converge: {fit.message} "
+                          f"(max error {100 * fit.max_abs_rel_err:.1f}%); nothing written: raise "
+                          "--max-evaluations, or pass --allow-unconverged to write it labelled "
+                          "'NOT CONVERGED'")
     for ln in lines:
         print(ln)
+    print(verdict if fit.success else f"warning: {verdict}")
+    if fit.max_abs_rel_err > POOR_FIT:
+        print(f"warning: the fitted times miss Table 3 by up to {100 * fit.max_abs_rel_err:.1f}%: "
+              "the trace's workload differs from the calibration set's (see the errors above)")
     kind = "synthetic trace" if trace.is_synthetic else "trace"
     source = (f"fitted to published figures (calibration set: SpecFit Table 3 ms/cycle, GSM8K, A100) "
               f"by replaying the {kind} {Path(args.trace).name}; cost model and C(k) from {base.name}")
+    source += f"; max error {100 * fit.max_abs_rel_err:.1f}% against those figures"
+    if not fit.success:
+        source = f"NOT CONVERGED: {source}; the optimiser stopped early ({fit.message})"
     prof = base.replace(name=name, source=source, **{k: fit.params[k] for k in free})
-    header = "\n".join([f"Profile {name}: {base.name} with event-model times refitted by `simmoe fit --trace`.",
-                        f"Trace: {args.trace} ({kind}); {fit.evaluations} replays; "
+    header = "\n".join([f"Profile {name}: {base.name} with event-model times refitted by `simmoe fit --trace`"
+                        + ("." if fit.success else " -- NOT CONVERGED: do not use these times as fitted."),
+                        f"Trace: {args.trace} ({kind}); {verdict}; "
                         f"max error {100 * fit.max_abs_rel_err:.2f}%"] + lines)
     return prof, header
+
+
+def check_identifiable_trace(trace, base, path) -> None:
+    """Refuse, before any replay, a trace whose replays cannot identify the event model's times.
+
+    Table 3 separates drafting and verification only through the EAGLE-3 and
+    SpecFit rows, which an autoregressive-only trace replays as AR; and its
+    times are of the profile's model, so the trace must have as many layers
+    (a profile stating ``num_layers = 0`` is not checked).
+    """
+    if trace.num_nodes == 0:
+        raise SimmoeError(f"trace {path} has no draft trees (autoregressive-only): its EAGLE-3 and "
+                          "SpecFit replays equal AR's, so Table 3's six ms/cycle cannot identify the timing "
+                          "parameters; fit to a trace recorded with a drafter (hwprobe record or simmoe "
+                          "synth)")
+    have, want = trace.geometry.num_layers, int(base.num_layers or 0)
+    if want and have != want:
+        raise SimmoeError(f"trace {path} has {have} layers but profile {base.name} describes a {want}-layer "
+                          "model: Table 3's times are of that model, so a fit to this trace would not "
+                          "describe it")

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from simmoe.errors import SimmoeError
 
+MAX_BINS = 10_000
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -20,19 +21,51 @@ def register(sub) -> None:
                     "and expert union against tree size.")
     p.add_argument("trace", metavar="TRACE", help="trace file (.parquet)")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON instead of tables")
-    p.add_argument("--bins", type=int, default=10, help="confidence bins of the calibration tables (default 10)")
+    p.add_argument("--bins", type=int, default=10,
+                   help=f"confidence bins of the calibration tables, 1 to {MAX_BINS:,} (default 10)")
     p.add_argument("--per-layer", action="store_true", help="also print popularity and reuse for every layer")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress display on stderr (there is none when stderr is not a terminal)")
     p.set_defaults(func=run)
+
+
+def _progress(enabled: bool):
+    """A transient rich progress display on stderr, or None: reading, then each statistic."""
+    if not enabled:
+        return None
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(SpinnerColumn(), TextColumn("inspect: {task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
+                    console=Console(stderr=True))
 
 
 def run(args) -> int:
     from simmoe.trace.io import read_trace
-    from simmoe.trace.stats import trace_statistics
+    from simmoe.trace.stats import STAGES, trace_statistics
 
-    if args.bins < 1:
-        raise SimmoeError(f"--bins must be at least 1, got {args.bins}")
-    trace = read_trace(args.trace)
-    stats = trace_statistics(trace, bins=args.bins)
+    if not 1 <= args.bins <= MAX_BINS:
+        raise SimmoeError(f"--bins must be between 1 and {MAX_BINS:,}, got {args.bins}")
+    bar = _progress(not args.no_progress and sys.stderr.isatty())
+    if bar is None:
+        trace = read_trace(args.trace)
+        stats = trace_statistics(trace, bins=args.bins)
+    else:
+        with bar:
+            task = bar.add_task("reading and validating the trace", total=1 + len(STAGES))
+            trace = read_trace(args.trace)
+
+            def update(stage: str, done: int, total: int) -> None:
+                bar.update(task, description=stage, completed=1 + done)
+
+            stats = trace_statistics(trace, bins=args.bins, progress=update)
     stats["file"] = str(args.trace)
     if args.json:
         json.dump(stats, sys.stdout, indent=2, allow_nan=False)

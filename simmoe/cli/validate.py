@@ -42,9 +42,17 @@ def run(args) -> int:
     from simmoe.validation.live import (assert_exact, compare, fit_timing, format_table, profile_from_dict,
                                    read_live_passes, selector_time)
 
-    for out in (args.json, args.cycles, args.save_profile):
-        if out and out != "-" and not Path(out).parent.is_dir():
-            raise SimmoeError(f"cannot write {out}: no such folder {Path(out).parent}")
+    from simmoe.atomicio import check_writable
+
+    outputs = (("--json", args.json), ("--cycles", args.cycles), ("--save-profile", args.save_profile))
+    for flag, out in outputs:
+        if out and not (out == "-" and flag == "--json"):
+            try:
+                check_writable(out)
+            except SimmoeError as exc:
+                raise SimmoeError(f"{flag}: {exc}") from None
+    if Path(args.trace).is_dir():
+        raise SimmoeError(f"--trace {args.trace}: is a folder, not a trace file")
     if not Path(args.trace).is_file():
         raise SimmoeError(f"no such trace file: {args.trace}")
     trace = read_trace(args.trace)

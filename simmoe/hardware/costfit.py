@@ -101,6 +101,8 @@ def _parse_row(raw: Mapping[str, Any], where: str) -> ProbeRow:
 def read_probes(path: str | Path) -> list[ProbeRow]:
     """Probe rows from a ``.csv`` (header row) or ``.json`` file (a list of objects, or {"rows": [...]})."""
     path = Path(path)
+    if path.is_dir():
+        raise SimmoeError(f"{path}: is a folder, not a probe file")
     if not path.is_file():
         raise SimmoeError(f"no such probe file: {path}")
     try:
@@ -188,11 +190,21 @@ class TimingFit:
     targets: dict[str, float]
     rel_err: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
-    success: bool = False
+    success: bool = False          # the optimiser converged (within its budget)
+    message: str = ""              # why it stopped, in words
 
     @property
     def max_abs_rel_err(self) -> float:
         return max((abs(v) for v in self.rel_err.values()), default=0.0)
+
+
+class _BudgetSpent(Exception):
+    """The simulation budget of a fit ran out (raised through ``least_squares``)."""
+
+
+#: relative singular value of the scaled Jacobian below which parameters count as not identified
+IDENTIFY_RTOL = 1e-6
+FD_STEP = 1e-4
 
 
 def fit_timing(simulate: Callable[[dict[str, float]], Mapping[str, float]],
@@ -204,13 +216,24 @@ def fit_timing(simulate: Callable[[dict[str, float]], Mapping[str, float]],
     ``simulate`` gets the full parameter dict (``start`` with the free ones
     replaced) and returns a dict holding at least the target keys.  Minimises
     Σ_q (simulate[q]/target[q] − 1)² with ``scipy.optimize.least_squares``
-    (trust region, bounds; finite-difference Jacobian, so each iteration costs
+    (trust region, bounds; forward-difference Jacobian, so each iteration costs
     len(free) + 1 simulations).
+
+    ``max_evaluations`` bounds every call of ``simulate``, the Jacobian's
+    included (repeated points are remembered, not re-simulated).  Before
+    optimising, the Jacobian at ``start`` must have full column rank: a free
+    parameter the targets do not depend on, or parameters that only act
+    together, raise :class:`SimmoeError` naming them (the targets cannot
+    identify them); the same check runs at the solution.  A fit that runs
+    out of budget or stops without meeting scipy's convergence tests returns
+    ``success=False`` and says why in ``message``.
     """
     from scipy.optimize import least_squares
 
     bounds = dict(bounds or {})
     free = list(free)
+    if max_evaluations < 1:
+        raise SimmoeError(f"the evaluation budget must be at least 1, got {max_evaluations}")
     unknown = [f for f in free if f not in start]
     if unknown:
         raise SimmoeError(f"free parameters without a start value: {', '.join(unknown)}")
@@ -223,27 +246,95 @@ def fit_timing(simulate: Callable[[dict[str, float]], Mapping[str, float]],
     hi = np.array([bounds.get(f, (0.0, np.inf))[1] for f in free], dtype=float)
     x0 = np.clip(np.array([float(start[f]) for f in free]), lo, hi)
     count = [0]
+    seen: dict[tuple, tuple[np.ndarray, dict]] = {}
+    best: dict[str, Any] = {"cost": math.inf, "x": x0}
 
     def params_of(x):
         p = dict(start)
         p.update({f: float(v) for f, v in zip(free, x)})
         return p
 
-    def residuals(x):
-        count[0] += 1
-        out = simulate(params_of(x))
-        return np.array([float(out[q]) / float(targets[q]) - 1.0 for q in keys])
+    def evaluate(x) -> tuple[np.ndarray, dict]:
+        key = tuple(float(v) for v in x)
+        if key not in seen:
+            if count[0] >= max_evaluations:
+                raise _BudgetSpent
+            count[0] += 1
+            out = dict(simulate(params_of(x)))
+            r = np.array([float(out[q]) / float(targets[q]) - 1.0 for q in keys])
+            seen[key] = (r, out)
+            cost = float(r @ r)
+            if cost < best["cost"]:
+                best.update(cost=cost, x=np.array(key))
+        return seen[key]
 
+    def residuals(x):
+        return evaluate(x)[0]
+
+    def jacobian(x):
+        x = np.asarray(x, dtype=float)
+        f0 = residuals(x)
+        J = np.empty((len(f0), len(x)))
+        for i in range(len(x)):
+            h = FD_STEP * max(1.0, abs(x[i]))
+            if x[i] + h > hi[i]:
+                h = -h
+            xi = x.copy()
+            xi[i] += h
+            J[:, i] = (residuals(xi) - f0) / (xi[i] - x[i])
+        return J
+
+    message = "no free parameters"
+    ok = True
+    x = x0
     if free:
-        res = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", diff_step=1e-4,
-                            max_nfev=max_evaluations)
-        x, ok = res.x, bool(res.success)
-    else:
-        x, ok = x0, True
+        try:
+            _check_identifiable(jacobian(x0), free, x0, "at the start values")
+            res = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), x_scale="jac",
+                                max_nfev=max_evaluations)
+            x, ok, message = res.x, res.status > 0, res.message
+            if ok:
+                _check_identifiable(res.jac, free, x, "at the fitted values")
+            else:
+                message = f"stopped after {count[0]} simulations: {res.message}"
+        except _BudgetSpent:
+            x, ok = best["x"], False
+            message = (f"the budget of {max_evaluations} simulation{'s' if max_evaluations != 1 else ''} "
+                       "ran out before the fit converged")
+    try:
+        predicted = evaluate(x)[1]
+    except _BudgetSpent:   # only when the budget ran out before the start point was simulated
+        predicted = dict(simulate(params_of(x)))
+        count[0] += 1
     params = params_of(x)
-    predicted = dict(simulate(params))
     rel = {q: float(predicted[q]) / float(targets[q]) - 1.0 for q in keys}
-    return TimingFit(params, {q: float(predicted[q]) for q in keys}, dict(targets), rel, count[0] + 1, ok)
+    return TimingFit(params, {q: float(predicted[q]) for q in keys}, dict(targets), rel, count[0], ok,
+                     message)
+
+
+def _check_identifiable(J: np.ndarray, free: Sequence[str], x: np.ndarray, where: str) -> None:
+    """Refuse free parameters the targets do not determine: a zero or dependent column of ``J``.
+
+    Columns are scaled by the parameters' magnitudes (at least 1) so that the
+    test is about relative effects; a singular value below
+    :data:`IDENTIFY_RTOL` of the largest counts as zero.
+    """
+    J = np.asarray(J, dtype=float) * np.maximum(1.0, np.abs(x))[None, :]
+    norms = np.linalg.norm(J, axis=0)
+    top = float(norms.max()) if len(norms) else 0.0
+    dead = [f for f, n in zip(free, norms, strict=True) if not n > IDENTIFY_RTOL * top]
+    if top == 0 or dead:
+        raise SimmoeError(f"the target figures cannot identify {', '.join(dead or free)}: no target changes "
+                          f"when {'it changes' if len(dead) == 1 else 'they change'} ({where}); leave "
+                          f"{'it' if len(dead) == 1 else 'them'} out of the free parameters")
+    _, sv, vt = np.linalg.svd(J / norms[None, :], full_matrices=False)
+    rank = int(np.sum(sv > IDENTIFY_RTOL * sv[0]))
+    if rank < len(free):
+        null = vt[-1]
+        tied = [f for f, v in zip(free, null, strict=True) if abs(v) > 0.1]
+        raise SimmoeError(f"the target figures cannot identify {len(free)} free parameters: they determine "
+                          f"only {rank} independent combination{'s' if rank != 1 else ''} of them ({where}); "
+                          f"{', '.join(tied)} can change together without changing any target")
 
 
 # -- the analytic derivation of the shipped A100 profile ------------------------

@@ -42,7 +42,14 @@ import pyarrow.parquet as pq
 from simmoe.atomicio import write_atomic
 from simmoe.errors import TraceError
 from simmoe.trace import route_codec
-from simmoe.trace.schema import READ_SCHEMA_VERSIONS, SCHEMA_VERSION, ModelGeometry, Requests, Trace, strict_int
+from simmoe.trace.schema import (
+    READ_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    ModelGeometry,
+    Requests,
+    Trace,
+    strict_int,
+)
 from simmoe.trace.validate import check_pool_structure, check_rows, validate_trace
 
 METADATA_KEY = b"simmoe"

@@ -32,6 +32,7 @@ Definitions (the docs page ``docs/trace-format.md`` repeats them):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,29 +44,51 @@ _CHUNK_WORDS = 1 << 22
 WINDOW_SIZES = 8
 
 
-def trace_statistics(trace: Trace, *, bins: int = 10) -> dict[str, Any]:
-    """All statistics of ``trace`` as a JSON-serialisable dict (NaN → None)."""
+# The parts of :func:`trace_statistics`, in the order they are computed (progress reports name them).
+STAGES = ("counts", "acceptance", "calibration", "expert reuse", "popularity", "union vs tree size",
+          "union vs window")
+
+
+def trace_statistics(trace: Trace, *, bins: int = 10,
+                     progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """All statistics of ``trace`` as a JSON-serialisable dict (NaN → None).
+
+    ``progress(stage, done, total)`` is called before each of :data:`STAGES`.
+    """
     if bins < 1:
         raise ValueError("bins must be at least 1")
+    step = iter(range(len(STAGES)))
+
+    def stage(name: str) -> None:
+        if progress is not None:
+            progress(name, next(step), len(STAGES))
+
     g = trace.geometry
     node_pos = np.repeat(np.arange(trace.num_positions), np.diff(trace.node_ptr))
-    path_ok = path_acceptance(trace, node_pos)
-    out = {
+    stage("counts")
+    out: dict[str, Any] = {
         "synthetic": trace.is_synthetic,
         "provenance": trace.meta.get("provenance"),
         "geometry": g.to_dict(),
         "pool_shape": trace.meta.get("pool_shape"),
         "hardware": trace.meta.get("hardware"),
         "counts": _counts(trace),
-        "acceptance": _acceptance(trace, node_pos, path_ok),
-        "calibration": calibration_table(trace.node_q, trace.node_agree, bins),
-        "path_calibration": calibration_table(trace.node_p, path_ok, bins),
-        "reuse": _reuse(trace, node_pos),
-        "popularity": _popularity(trace),
-        "union_vs_tree_size": union_vs_tree_size(trace, node_pos),
-        "union_vs_window": union_vs_window(trace),
-        "prefill": {"mean_union_per_layer": _mean(trace.requests.prefill_union.sum(axis=2))},
     }
+    stage("acceptance")
+    path_ok = path_acceptance(trace, node_pos)
+    out["acceptance"] = _acceptance(trace, node_pos, path_ok)
+    stage("calibration")
+    out["calibration"] = calibration_table(trace.node_q, trace.node_agree, bins)
+    out["path_calibration"] = calibration_table(trace.node_p, path_ok, bins)
+    stage("expert reuse")
+    out["reuse"] = _reuse(trace, node_pos)
+    stage("popularity")
+    out["popularity"] = _popularity(trace)
+    stage("union vs tree size")
+    out["union_vs_tree_size"] = union_vs_tree_size(trace, node_pos)
+    stage("union vs window")
+    out["union_vs_window"] = union_vs_window(trace)
+    out["prefill"] = {"mean_union_per_layer": _mean(trace.requests.prefill_union.sum(axis=2))}
     return _clean(out)
 
 

@@ -205,8 +205,8 @@ def check_rows(requests, pos_request: np.ndarray, pos_index: np.ndarray, path=No
                          f"{'s' if R != 1 else ''}", path=path, row=row, field="pos_request")
     if P and np.any(np.diff(req) < 0):
         row = int(np.flatnonzero(np.diff(req) < 0)[0]) + 1
-        raise TraceError(f"request {req[row]} listed after request {req[row - 1]}: rows must be sorted by request",
-                         path=path, row=row, field="pos_request")
+        raise TraceError(f"request {req[row]} listed after request {req[row - 1]}: rows must be sorted by "
+                         "request", path=path, row=row, field="pos_request")
     same = np.zeros(P, dtype=bool)
     same[1:] = req[1:] == req[:-1]
     run_start = np.maximum.accumulate(np.where(same, 0, np.arange(P))) if P else np.zeros(0, np.int64)

@@ -138,6 +138,11 @@ class LiveRun:
 
 def _records(path) -> list:
     """The JSON lines of a live-run file (:class:`SimmoeError` names a line that is not JSON)."""
+    return [rec for _, rec in _numbered_records(path)]
+
+
+def _numbered_records(path) -> list[tuple[int, Any]]:
+    """(line number, record) of every non-blank line of a live-run file."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
@@ -147,10 +152,96 @@ def _records(path) -> list:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append((no, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise SimmoeError(f"{path}: line {no} is not JSON ({exc.msg}); not a live-run file") from None
     return records
+
+
+# What every value of a record must be: (kind, largest value); kinds: "count" (an integer >= 0),
+# "ms" (a finite number >= 0), "counts" / "ms list" / "ids" (lists of those; ids: integers >= 0).
+_INT16, _INT8, _INT32 = 2**15 - 1, 2**7 - 1, 2**31 - 1
+_CYCLE_FIELDS = {
+    "request": ("count", _INT32), "position": ("count", _INT32), "row": ("count", 2**63 - 1),
+    "drafted_levels": ("count", _INT8), "pool_levels": ("count", _INT8), "pool_size": ("count", _INT16),
+    "accepted": ("count", _INT16), "committed": ("count", _INT16),
+    "draft_ms": ("ms", None), "select_ms": ("ms", None), "verify_ms": ("ms", None), "commit_ms": ("ms", None),
+    "hits": ("counts", 2**62), "copies": ("counts", 2**62), "selected": ("ids", _INT16),
+    "tokens": ("ids", None),
+    "level_ms": ("ms list", None), "samples_ms": ("ms list", None),
+}
+_REQUEST_FIELDS = {
+    "index": ("count", _INT32), "prompt_len": ("count", _INT32), "output_len": ("count", _INT32),
+    "tokens": ("ids", None), "prefill_ms": ("ms", None), "prefill_hits": ("counts", 2**62),
+    "prefill_copies": ("counts", 2**62),
+}
+
+
+def _value_problem(kind: str, top: int | None, v) -> str | None:
+    """Why ``v`` is not a value of ``kind`` (None when it is)."""
+    def is_int(x):
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    def is_number(x):
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if kind == "count":
+        if not is_int(v) or v < 0:
+            return f"must be an integer >= 0, got {v!r}"
+        if top is not None and v > top:
+            return f"must be at most {top}, got {v!r}"
+        return None
+    if kind == "ms":
+        if not is_number(v) or not math.isfinite(v) or v < 0:
+            return f"must be a finite time >= 0 in ms, got {v!r}"
+        return None
+    if not isinstance(v, list):
+        return f"must be a list, got {v!r}"
+    for i, x in enumerate(v):
+        inner = _value_problem("ms" if kind == "ms list" else "count", top, x)
+        if inner:
+            return f"entry {i} {inner}"
+    return None
+
+
+def _check_records(path, numbered: list[tuple[int, Any]]) -> None:
+    """Every request and cycle line holds what :class:`LiveRun` reads, with sane values.
+
+    Times must be finite and >= 0 ms, counts integers >= 0 (within the column
+    types), per-layer lists of one length, and a cycle's request one of the
+    file's requests; :class:`SimmoeError` names the file, the line and the
+    field.  O(lines · fields).
+    """
+    n_requests = sum(1 for _, r in numbered if isinstance(r, dict) and r.get("type") == "request")
+    layers = None
+    cycle = request = 0
+    for no, rec in numbered:
+        if not isinstance(rec, dict) or rec.get("type") not in ("request", "cycle"):
+            continue
+        is_cycle = rec["type"] == "cycle"
+        where = f"{path}, line {no} ({'cycle' if is_cycle else 'request'} {cycle if is_cycle else request})"
+        fields = _CYCLE_FIELDS if is_cycle else _REQUEST_FIELDS
+        missing = [k for k in (_CYCLE_KEYS if is_cycle else _REQUEST_KEYS) if k not in rec]
+        if missing:
+            raise SimmoeError(f"{where}: lacks {', '.join(repr(k) for k in missing)}")
+        for key, (kind, top) in fields.items():
+            if key in rec:
+                problem = _value_problem(kind, top, rec[key])
+                if problem:
+                    raise SimmoeError(f"{where}, field {key!r}: {problem}")
+        if is_cycle:
+            if rec["request"] >= n_requests:
+                raise SimmoeError(f"{where}, field 'request': request {rec['request']} but the file has "
+                                  f"{n_requests} request line{'s' if n_requests != 1 else ''}")
+            for key in ("hits", "copies"):
+                if layers is None:
+                    layers = len(rec[key])
+                if len(rec[key]) != layers:
+                    raise SimmoeError(f"{where}, field {key!r}: {len(rec[key])} layers, but earlier cycles "
+                                      f"have {layers}")
+            cycle += 1
+        else:
+            request += 1
 
 
 def read_live(path, *, allow_partial: bool = False) -> LiveRun:
@@ -162,11 +253,14 @@ def read_live(path, *, allow_partial: bool = False) -> LiveRun:
 def _read_checked(path, allow_partial: bool = False) -> tuple[dict, list[dict]]:
     """A live-run file's run line and its other records, after the checks :func:`read_live` names."""
     path = Path(path)
+    if path.is_dir():
+        raise SimmoeError(f"{path}: is a folder, not a live-run file")
     if not path.is_file():
         partial = path.with_name(path.name + ".partial")
         hint = f" ({partial} holds the finished requests of an interrupted run)" if partial.is_file() else ""
         raise SimmoeError(f"no such live-run file: {path}{hint}")
-    records = _records(path)
+    numbered = _numbered_records(path)
+    records = [rec for _, rec in numbered]
     if not records or not isinstance(records[0], dict) or records[0].get("type") != "run":
         raise SimmoeError(f"{path}: not a live-run file (the first line must be the run line)")
     meta = records[0]
@@ -179,6 +273,19 @@ def _read_checked(path, allow_partial: bool = False) -> tuple[dict, list[dict]]:
     for key in ("model", "selector", "slots", "max_new_tokens", "geometry", "pool", "K"):
         if key not in meta:
             raise SimmoeError(f"{path}: run line lacks {key!r}")
+    run_line = f"{path}, line {numbered[0][0]} (run line)"
+    for key, want in (("geometry", dict), ("pool", dict), ("selector", str)):
+        if not isinstance(meta[key], want):
+            raise SimmoeError(f"{run_line}, field {key!r}: must be a "
+                              f"{'JSON object' if want is dict else 'string'}, got {meta[key]!r}")
+    for key in ("slots", "K", "max_new_tokens", "route_seed"):
+        problem = _value_problem("count", _INT32, meta[key]) if key in meta else None
+        if problem:
+            raise SimmoeError(f"{run_line}, field {key!r}: {problem}")
+    acc = meta.get("route_accuracy", 1.0)
+    if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0 <= acc <= 1:
+        raise SimmoeError(f"{run_line}, field 'route_accuracy': must be a number in [0, 1], got {acc!r}")
+    _check_records(path, numbered[1:])
     return meta, [r for r in records[1:] if isinstance(r, dict)]
 
 
@@ -191,7 +298,8 @@ _SAME_CYCLE = ("request", "position", "row", "pool_size", "pool_levels", "drafte
                "accepted", "committed", "tokens", "hits", "copies")
 #: run settings that passes to be merged must share
 _SAME_SETTINGS = ("model", "weights", "drafter", "drafter_agreement", "prompts_sha256", "category", "limit",
-                  "offset", "selector", "slots", "K", "route_accuracy", "route_seed", "options", "max_new_tokens",
+                  "offset", "selector", "slots", "K", "route_accuracy", "route_seed", "temperature", "sampling_seed",
+                  "options", "max_new_tokens",
                   "max_total_tokens", "pool", "geometry", "device", "dtype", "clock", "threads",
                   "selection_profile")
 
@@ -449,6 +557,10 @@ def check_compatible(trace, live: LiveRun) -> None:
     if "pool_expand_nodes" in prov:
         same("nodes expanded per level", prov["pool_expand_nodes"], lp.get("expand_nodes"))
     same("verify budget K", ps.K, meta["K"])
+    sampling = trace.meta.get("sampling") or {}
+    same("temperature", float(sampling.get("temperature", 0.0)), float(meta.get("temperature", 0.0) or 0.0))
+    if sampling:
+        same("sampling seed", sampling.get("seed"), int(meta.get("sampling_seed", 0) or 0))
     R = len(trace.requests)
     ids = [str(x) for x in trace.requests.request_id]
     live_ids = [str(r["request_id"]) for r in live.requests]
@@ -519,6 +631,8 @@ def replay_config_for(live: LiveRun, hardware_name: str, selector_ms: float | No
     return ReplayConfig(selector=m["selector"], slots=slots, cache="lru" if slots > 0 else "none",
                         hardware=hardware_name, route_accuracy=float(m.get("route_accuracy", 1.0)),
                         seed=int(m.get("route_seed", 0)), timing="event", selector_ms=selector_ms,
+                        temperature=float(m.get("temperature", 0.0) or 0.0),
+                        sampling_seed=int(m.get("sampling_seed", 0) or 0),
                         options=tuple(sorted((m.get("options") or {}).items())))
 
 

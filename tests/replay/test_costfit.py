@@ -183,6 +183,7 @@ def test_cli_refits_and_writes_a_loadable_profile(tmp_path):
 
 @pytest.mark.parametrize("argv, match", [
     (["--probes", "missing.csv", "-o", "x.toml"], "no such probe file"),
+    (["--probes", ".", "-o", "x.toml"], "is a folder, not a probe file"),
     (["--probes", "bad.csv", "-o", "x.toml"], "missing 'ms'"),
     (["--probes", "bad.csv", "-o", "x.txt"], "must end in .toml"),
     (["--probes", "bad.csv", "--hardware", "h100", "-o", "x.toml"], "unknown hardware profile"),
@@ -193,3 +194,117 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path, argv, match):
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and match in res.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["bad.csv"]
+
+
+# -- identifiability and convergence of the timing fit -------------------------------
+def _linear_sim(p):
+    """Two targets that depend on a and b only (c has no effect); a and d only act as a + d."""
+    return {"x": 10 + p["a"] + 2 * p["b"] + p["d"], "y": 5 + 3 * p["a"] - p["b"] + 3 * p["d"],
+            "z": 1 + p["b"]}
+
+
+def test_fit_timing_refuses_a_parameter_the_targets_do_not_depend_on():
+    targets = _linear_sim({"a": 2.0, "b": 1.0, "c": 0.0, "d": 0.0})
+    start = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0}
+    fit = fit_timing(_linear_sim, targets, start, ["a", "b"])
+    assert fit.success and fit.params["a"] == pytest.approx(2.0, rel=1e-6) and fit.message
+    with pytest.raises(SimmoeError, match="cannot identify c: no target changes when it changes"):
+        fit_timing(_linear_sim, targets, start, ["a", "b", "c"])
+
+
+def test_fit_timing_refuses_parameters_that_only_act_together():
+    targets = _linear_sim({"a": 2.0, "b": 1.0, "c": 0.0, "d": 0.0})
+    start = {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
+    with pytest.raises(SimmoeError, match=r"only 2 independent combinations.*a, d can change together"):
+        fit_timing(_linear_sim, targets, start, ["a", "b", "d"])
+
+
+def test_fit_timing_budget_counts_every_simulation_and_says_when_it_ran_out():
+    calls = []
+
+    def sim(p):
+        calls.append(dict(p))
+        return mean_count_simulator()(p)
+
+    truth = {"forward_ms": 30.0, "expert_ms": 0.2, "copy_ms": 0.9, "draft_level_ms": 9.0,
+             "cache_overhead_ms": 20.0, "token_ms": 0.0, "commit_ms": 0.0}
+    targets = mean_count_simulator()(truth)
+    start = {**truth, "forward_ms": 50.0, "expert_ms": 0.3}
+    for budget in (1, 3, 8):
+        calls.clear()
+        fit = fit_timing(sim, targets, start, ["forward_ms", "expert_ms"], max_evaluations=budget)
+        assert not fit.success and "ran out" in fit.message
+        assert len(calls) == fit.evaluations <= budget
+    fit = fit_timing(sim, targets, start, ["forward_ms", "expert_ms"], max_evaluations=200)
+    assert fit.success and fit.max_abs_rel_err < 1e-6 and fit.evaluations < 200
+    with pytest.raises(SimmoeError, match="at least 1"):
+        fit_timing(sim, targets, start, ["forward_ms"], max_evaluations=0)
+
+
+# -- `simmoe fit --trace`: refusals and the NOT CONVERGED label -----------------------
+@pytest.fixture(scope="module")
+def fit_traces(tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from factories import random_trace
+
+    from simmoe.trace.io import write_trace
+
+    folder = tmp_path_factory.mktemp("fit")
+    paths = {
+        "ar": folder / "ar.parquet",        # imported-like: no draft trees, 3 layers x 16 experts
+        "small": folder / "small.parquet",  # draft trees, but 3 layers against the profile's 48
+        "a100": folder / "a100.parquet",    # draft trees on the profile's geometry
+    }
+    write_trace(random_trace(2, pool_nodes=0, L=3, N=16, k=2), paths["ar"])
+    write_trace(random_trace(3, L=3, N=16, k=2, pool_nodes=6), paths["small"])
+    write_trace(random_trace(3, L=48, N=128, k=8, pool_nodes=8, num_requests=2, output_len=(10, 14)),
+                paths["a100"])
+    return paths
+
+
+@pytest.mark.parametrize("which, extra, words", [
+    ("ar", [], "no draft trees (autoregressive-only)"),
+    ("small", [], "has 3 layers but profile a100-pcie-40gb describes a 48-layer model"),
+    ("a100", ["--max-evaluations", "0"], "--max-evaluations must be at least 1, got 0"),
+    ("a100", ["--free", "forward_ms,commit_ms"], "forward_ms, commit_ms can change together"),
+    ("a100", ["--max-evaluations", "1"], "the fit did not converge"),
+])
+def test_fit_trace_refusals_write_nothing(tmp_path, capsys, fit_traces, which, extra, words):
+    from simmoe.cli import main
+
+    out = tmp_path / "fitted.toml"
+    assert main(["fit", "--trace", str(fit_traces[which]), "-o", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_fit_trace_unconverged_only_with_the_flag_and_labelled(tmp_path, capsys, fit_traces):
+    from simmoe.cli import main
+
+    out = tmp_path / "fitted.toml"
+    assert main(["fit", "--trace", str(fit_traces["a100"]), "-o", str(out), "--max-evaluations", "1",
+                 "--allow-unconverged"]) == 0
+    assert "NOT CONVERGED" in capsys.readouterr().out
+    p = load_profile(out)
+    assert p.source.startswith("NOT CONVERGED: ") and "NOT CONVERGED" in out.read_text().splitlines()[0]
+
+
+def test_fit_trace_converged_says_so_with_its_error(tmp_path, capsys, fit_traces):
+    from simmoe.cli import main
+
+    out = tmp_path / "fitted.toml"
+    assert main(["fit", "--trace", str(fit_traces["a100"]), "-o", str(out), "--free", "forward_ms"]) == 0
+    text = capsys.readouterr().out
+    assert "converged after" in text and "NOT CONVERGED" not in text
+    p = load_profile(out)
+    assert "NOT CONVERGED" not in p.source and "max error" in p.source
+
+
+def test_fit_output_onto_a_folder_is_refused_before_any_work(tmp_path, capsys, fit_traces):
+    from simmoe.cli import main
+
+    (tmp_path / "x.toml").mkdir()
+    assert main(["fit", "--trace", str(fit_traces["a100"]), "-o", str(tmp_path / "x.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a folder" in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import numpy as np
 import pytest
@@ -371,3 +372,103 @@ def test_pass_files_merge_and_other_runs_are_refused(tmp_path, capsys):
     assert json.loads(out[out.index("{"):])["runs"][0]["accepted_mismatches"] == 0
     assert main(["validate", "--trace", str(trace_path), "--live", f"{files[0]},{other}"]) == 2
     assert "not passes of one run" in capsys.readouterr().err
+
+
+# -- bad values in live-run files: one line naming file, line and field -------------
+def _with_cycle_value(path, src, field, value, nth=0):
+    """``src`` with ``field`` of its ``nth`` cycle line set to ``value`` (deleted when value is ...)."""
+    out, seen, line_no = [], 0, None
+    for no, line in enumerate(src.read_text().splitlines(), 1):
+        rec = json.loads(line)
+        if rec.get("type") == "cycle":
+            if seen == nth:
+                if value is ...:
+                    del rec[field]
+                else:
+                    rec[field] = value
+                line_no = no
+            seen += 1
+        out.append(json.dumps(rec))
+    path.write_text("\n".join(out) + "\n")
+    return path, line_no
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    from simmoe.trace.io import write_trace
+
+    tr = hwprobe_trace(10, num_requests=3, output_len=(8, 12))
+    trace_path = tmp_path / "t.parquet"
+    write_trace(tr, trace_path)
+    return tr, trace_path, write_live(tmp_path / "good.jsonl", tr, "eagle3", 3)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("verify_ms", -500.0, "must be a finite time >= 0 in ms, got -500.0"),
+    ("verify_ms", float("nan"), "got nan"),
+    ("verify_ms", "12.5", "got '12.5'"),
+    ("draft_ms", float("inf"), "got inf"),
+    ("commit_ms", True, "got True"),
+    ("select_ms", None, "got None"),
+    ("level_ms", [1.0, -2.0], "entry 1 must be a finite time"),
+    ("committed", 1.5, "must be an integer >= 0"),
+    ("pool_size", 10**9, "must be at most 32767"),
+    ("hits", [1, "x"], "entry 1 must be an integer"),
+    ("hits", [1, 2, 3, 4], "4 layers, but earlier cycles have 1"),
+    ("request", 7, "request 7 but the file has 3 request lines"),
+    ("verify_ms", ..., "lacks 'verify_ms'"),
+])
+def test_bad_live_values_are_refused_naming_file_line_field(tmp_path, capsys, recorded, field, value, words):
+    from simmoe.cli import main
+
+    _, trace_path, good = recorded
+    bad, line = _with_cycle_value(tmp_path / "bad.jsonl", good, field, value, nth=1)
+    with pytest.raises(SimmoeError, match=re.escape(words)) as e:
+        read_live(bad)
+    assert f"{bad}, line {line} (cycle 1)" in str(e.value)
+    if value is not ...:
+        assert f"field {field!r}" in str(e.value)
+    assert main(["validate", "--trace", str(trace_path), "--live", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and words in captured.err and captured.out == ""
+
+
+def test_negative_verify_time_no_longer_inflates_decode_tps(tmp_path, capsys, recorded):
+    # the case that used to pass: -500 ms made the run's decode TPS ten times too high
+    from simmoe.cli import main
+
+    _, trace_path, good = recorded
+    bad, _ = _with_cycle_value(tmp_path / "bad.jsonl", good, "verify_ms", -500.0)
+    assert main(["validate", "--trace", str(trace_path), "--live", str(bad), "--json", "-"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_bad_prefill_time_and_run_line(tmp_path, recorded):
+    _, _, good = recorded
+    lines = [json.loads(x) for x in good.read_text().splitlines()]
+    req = next(r for r in lines if r["type"] == "request")
+    req["prefill_ms"] = -1
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    with pytest.raises(SimmoeError, match=r"line 2 \(request 0\), field 'prefill_ms'"):
+        read_live(tmp_path / "p.jsonl")
+    lines = [json.loads(x) for x in good.read_text().splitlines()]
+    lines[0]["slots"] = "3"
+    (tmp_path / "r.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    with pytest.raises(SimmoeError, match=r"line 1 \(run line\), field 'slots': must be an integer"):
+        read_live(tmp_path / "r.jsonl")
+
+
+@pytest.mark.parametrize("flag", ["--json", "--cycles", "--save-profile", "--trace", "--live"])
+def test_a_folder_given_as_a_file_is_named_as_a_folder(tmp_path, capsys, recorded, flag):
+    from simmoe.cli import main
+
+    _, trace_path, good = recorded
+    folder = tmp_path / "out"
+    folder.mkdir()
+    args = {"--trace": str(trace_path), "--live": str(good)}
+    args[flag] = str(folder)
+    argv = ["validate"] + [x for k, v in args.items() for x in (k, v)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a folder" in err and "Traceback" not in err
+    assert list(folder.iterdir()) == []

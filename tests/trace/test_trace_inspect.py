@@ -64,3 +64,37 @@ def test_errors_are_one_line_exit_2(tmp_path, small_trace, args):
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert ("--bins" in res.stderr) if args else ("field 'node_level'" in res.stderr)
+
+
+@pytest.mark.parametrize("bins, ok", [(10_000, True), (10_001, False), (100_000_000, False), (0, False)])
+def test_bins_are_bounded(tmp_path, small_trace, capsys, bins, ok):
+    path = tmp_path / "t.parquet"
+    write_trace(small_trace, path)
+    assert main(["inspect", str(path), "--json", "--bins", str(bins)]) == (0 if ok else 2)
+    captured = capsys.readouterr()
+    if ok:
+        assert len(json.loads(captured.out)["calibration"]["bins"]) == bins
+    else:
+        assert captured.err.count("\n") == 1 and "--bins must be between 1 and 10,000" in captured.err
+
+
+def test_a_folder_is_named_as_a_folder(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a folder" in err and "no such file" not in err
+
+
+def test_progress_on_a_terminal_only(tmp_path, small_trace, capsys, monkeypatch):
+    path = tmp_path / "t.parquet"
+    write_trace(small_trace, path)
+    # stderr is not a terminal: nothing but the JSON on stdout, nothing on stderr
+    assert main(["inspect", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and json.loads(captured.out)["file"] == str(path)
+    # a terminal: the progress display names the stages on stderr; stdout is unchanged
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["inspect", str(path), "--json"]) == 0
+    shown = capsys.readouterr()
+    assert "inspect:" in shown.err and json.loads(shown.out) == json.loads(captured.out)
+    assert main(["inspect", str(path), "--json", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""

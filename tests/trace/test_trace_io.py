@@ -216,3 +216,161 @@ def test_word_encoder_equals_generic_encoder(seed, share):
         route_codec.word_path = original
     for a, b in zip(fast, generic):
         assert np.array_equal(a, b)
+
+
+# -- damaged and odd files: one clear TraceError naming the field ------------------
+
+def _edited(path, trace, edit_table=None, header_edit=None):
+    """Write ``trace`` to ``path`` with its arrow table and/or its JSON header edited."""
+    import json
+
+    from simmoe.trace import io as trace_io
+
+    table = trace_io._to_table(trace, str(path))
+    if edit_table is not None:
+        table = edit_table(table)
+    if header_edit is not None:
+        header = json.loads(table.schema.metadata[trace_io.METADATA_KEY])
+        header_edit(header)
+        table = table.replace_schema_metadata({trace_io.METADATA_KEY: json.dumps(header).encode()})
+    pq.write_table(table, path)
+    return path
+
+
+def test_checksum_catches_damage_that_still_decodes(tmp_path, small_trace):
+    import pyarrow as pa
+
+    def bump_token(table):
+        tokens = table.column("root_token").to_numpy().copy()
+        tokens[2] += 1                                   # still a valid token id
+        return table.set_column(table.column_names.index("root_token"), "root_token", pa.array(tokens))
+
+    path = _edited(tmp_path / "t.parquet", small_trace, edit_table=bump_token)
+    with pytest.raises(TraceError, match="damaged.*checksum") as e:
+        read_trace(path)
+    assert e.value.field == "content_sha256"
+    # a file written before the checksum existed reads without one
+    legacy = _edited(tmp_path / "old.parquet", small_trace, header_edit=lambda h: h.pop("content_sha256"))
+    assert_traces_equal(small_trace, read_trace(legacy))
+
+
+def test_checksum_covers_the_metadata(tmp_path, small_trace):
+    path = _edited(tmp_path / "t.parquet", small_trace,
+                   header_edit=lambda h: h["meta"]["provenance"].update(seed=99))
+    with pytest.raises(TraceError, match="checksum"):
+        read_trace(path)
+    path = _edited(tmp_path / "u.parquet", small_trace, header_edit=lambda h: h.update(extra=1))
+    with pytest.raises(TraceError, match="unknown metadata key 'extra'"):
+        read_trace(path)
+
+
+def test_a_folder_is_not_a_trace(tmp_path):
+    with pytest.raises(TraceError, match="is a folder") as e:
+        read_trace(tmp_path)
+    assert "no such file" not in str(e.value)
+
+
+def _without_requests(trace):
+    from simmoe.trace.schema import Requests
+
+    t = clone(trace)
+    L, N = t.geometry.num_layers, t.geometry.num_experts
+    t.requests = Requests(request_id=np.array([], dtype=object), dataset=np.array([], dtype=object),
+                          prompt_len=np.zeros(0, np.int32), output_len=np.zeros(0, np.int32),
+                          prefill_union=np.zeros((0, L, N), bool), prefill_time_ms=np.zeros(0))
+    for name in ("pos_request", "pos_index", "root_token", "root_routes", "node_parent", "node_level",
+                 "node_token", "node_q", "node_p", "node_agree", "node_routes"):
+        setattr(t, name, getattr(t, name)[:0])
+    t.node_ptr = np.zeros(1, np.int64)
+    return t
+
+
+def test_a_trace_without_requests_is_refused(tmp_path, small_trace, capsys):
+    from tracefile_helpers import write_unchecked
+
+    from simmoe.cli import main
+
+    empty = _without_requests(small_trace)
+    with pytest.raises(TraceError, match="no requests"):
+        write_trace(empty, tmp_path / "t.parquet")
+    assert not (tmp_path / "t.parquet").exists()
+    path = tmp_path / "empty.parquet"
+    write_unchecked(empty, path)
+    with pytest.raises(TraceError, match="no requests") as e:
+        read_trace(path)
+    assert e.value.field == "requests.request_id"
+    for argv in (["inspect", str(path)], ["replay", str(path), "--no-progress"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no requests" in err and "reshape" not in err
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda u: u.update(zstd_base64="QUJDREVGR0g="), "cannot be decoded"),       # not zstd
+    (lambda u: u.update(zstd_base64="not base64!"), "cannot be decoded"),
+    (lambda u: u.update(raw_bytes=u["raw_bytes"] * 1000), "raw_bytes"),
+    (lambda u: u.update(raw_bytes="6"), "must be an integer"),
+])
+def test_damaged_prefill_union_blob(tmp_path, small_trace, edit, match):
+    path = _edited(tmp_path / "t.parquet", small_trace,
+                   header_edit=lambda h: edit(h["requests"]["prefill_union"]))
+    with pytest.raises(TraceError, match=match) as e:
+        read_trace(path)
+    assert e.value.field == "requests.prefill_union" and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [("num_layers", "3"), ("num_layers", 3.7), ("num_layers", 3.0),
+                                        ("top_k", True), ("num_experts", None)])
+def test_geometry_integers_must_be_integers(tmp_path, small_trace, key, value):
+    path = _edited(tmp_path / "t.parquet", small_trace,
+                   header_edit=lambda h: h["meta"]["geometry"].update({key: value}))
+    with pytest.raises(TraceError, match=f"'{key}' must be an integer, got {value!r}") as e:
+        read_trace(path)
+    assert e.value.field == "meta.geometry"
+    bad = clone(small_trace)
+    bad.meta["geometry"] = dict(bad.meta["geometry"], **{key: value})
+    from simmoe.trace.validate import validate_trace
+
+    with pytest.raises(TraceError, match="must be an integer"):
+        validate_trace(bad)
+
+
+@pytest.mark.parametrize("key, value", [("prompt_len", ["5", 6]), ("output_len", [7.5, 7])])
+def test_request_lengths_must_be_integers(tmp_path, small_trace, key, value):
+    path = _edited(tmp_path / "t.parquet", small_trace,
+                   header_edit=lambda h: h["requests"].update({key: value}))
+    with pytest.raises(TraceError, match="must be an integer") as e:
+        read_trace(path)
+    assert e.value.field == f"requests.{key}"
+
+
+# -- atomic writes ------------------------------------------------------------------
+
+def test_atomic_write_onto_a_folder_is_one_clear_error(tmp_path):
+    from simmoe.atomicio import write_text_atomic
+    from simmoe.errors import SimmoeError
+
+    (tmp_path / "out.json").mkdir()
+    with pytest.raises(SimmoeError, match="is a folder"):
+        write_text_atomic(tmp_path / "out.json", "{}")
+    with pytest.raises(SimmoeError, match="does not exist"):
+        write_text_atomic(tmp_path / "no" / "out.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]   # no temp file left
+
+
+def test_atomic_write_removes_stale_temps_of_dead_writers_only(tmp_path):
+    import subprocess
+    import sys
+
+    from simmoe.atomicio import write_text_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".t.json.{dead}.abc123_x.tmp"
+    alive = tmp_path / f".t.json.{os.getppid()}.def456_y.tmp"      # a running process: a concurrent writer
+    other = tmp_path / f".u.json.{dead}.ghi789_z.tmp"               # another output's temp
+    for p in (stale, alive, other):
+        p.write_text("partial")
+    write_text_atomic(tmp_path / "t.json", "{}")
+    assert not stale.exists() and alive.exists() and other.exists()
+    assert (tmp_path / "t.json").read_text() == "{}"

@@ -184,3 +184,12 @@ def test_statistics_are_json_and_labelled(ar_trace):
     assert s["synthetic"] is True and json.loads(text)["counts"]["autoregressive_only"] is True
     assert s["acceptance"]["by_level"] == [] and s["union_vs_tree_size"]["tree_size"] == [1]
     assert not any(isinstance(v, float) and math.isnan(v) for v in s["reuse"].values())
+
+
+def test_progress_reports_every_stage_in_order(small_trace):
+    from simmoe.trace.stats import STAGES
+
+    seen = []
+    with_progress = trace_statistics(small_trace, progress=lambda *a: seen.append(a))
+    assert seen == [(name, i, len(STAGES)) for i, name in enumerate(STAGES)]
+    assert with_progress == trace_statistics(small_trace)

@@ -255,7 +255,7 @@ def test_list_columns_of_different_lengths(tmp_path, small_trace):
     assert (e.value.row, e.value.field) == (4, "node_token")
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", None])
+@pytest.mark.parametrize("version", [0, 3, "1", None, True])
 def test_unknown_schema_version(tmp_path, small_trace, version):
     table = trace_io._to_table(small_trace, "x")
     write_table(table, tmp_path / "bad.parquet", header_edit=lambda h: h.update(schema_version=version))
@@ -338,3 +338,56 @@ def test_route_errors_with_qwen_like_geometry(tmp_path_factory, seed, N, kind, d
     assert e.value.field == where
     assert e.value.row == (i if where == "root_routes" else row_of_node(t, i))
     assert f"layer {layer}" in str(e.value)
+
+
+# ------------------------------------------- positions named for what they are ---
+
+@settings(max_examples=25)
+@given(seed=seeds, data=st.data())
+def test_swapped_positions_are_named_out_of_order(tmp_path_factory, seed, data):
+    t = clone(random_trace(seed, output_len=(6, 12)))
+    start, end = t.request_positions(1)
+    i = data.draw(st.integers(start, end - 2))
+    j = data.draw(st.integers(i + 1, end - 1))
+    t.pos_index[[i, j]] = t.pos_index[[j, i]]
+    err = read_error(t, tmp_path_factory.mktemp("v"))
+    assert (err.row, err.field) == (i, "pos_index")
+    assert (f"positions out of order: position {j - start} at row {i} comes before position {i - start} "
+            f"at row {j}") in str(err)
+    assert "missing" not in str(err)
+
+
+def test_duplicate_names_the_first_occurrence(tmp_path, small_trace):
+    t = clone(small_trace)
+    t.pos_index[4] = 1
+    err = read_error(t, tmp_path)
+    assert (err.row, err.field) == (4, "pos_index") and "duplicate position 1 (also at row 1)" in str(err)
+
+
+def _with_pos_request(trace, path, edit):
+    """A file whose pos_request column is edited after the routes were coded (as damage would)."""
+    table = trace_io._to_table(trace, str(path))
+    col = table.column("pos_request").to_numpy().copy()
+    edit(col)
+    pq.write_table(table.set_column(0, "pos_request", pa.array(col, pa.int32())), path)
+    return path
+
+
+@pytest.mark.parametrize("value", [2, 7, -1])
+def test_request_index_beyond_the_requests_names_pos_request(tmp_path, small_trace, value):
+    for row in range(small_trace.num_positions):
+        path = _with_pos_request(small_trace, tmp_path / "bad.parquet",
+                                 lambda c, row=row: c.__setitem__(row, value))
+        with pytest.raises(TraceError) as e:
+            read_trace(path)
+        assert (e.value.row, e.value.field) == (row, "pos_request"), str(e.value)
+        assert f"request index {value} outside [0, 2)" in str(e.value)
+
+
+def test_row_moved_to_the_next_request_is_a_position_error_not_a_route_error(tmp_path, small_trace):
+    last = small_trace.request_positions(0)[1] - 1
+    path = _with_pos_request(small_trace, tmp_path / "bad.parquet", lambda c: c.__setitem__(last, 1))
+    with pytest.raises(TraceError) as e:
+        read_trace(path)
+    assert e.value.field in ("pos_index", "pos_request", "requests.output_len")
+    assert "root_routes" not in str(e.value)
