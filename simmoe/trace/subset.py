@@ -33,6 +33,7 @@ def head_requests(trace: Trace, n: int | None) -> Trace:
         node_token=trace.node_token[:M], node_q=trace.node_q[:M], node_p=trace.node_p[:M],
         node_agree=trace.node_agree[:M], node_routes=trace.node_routes[:M],
         node_target_prob=None if trace.node_target_prob is None else trace.node_target_prob[:M],
+        node_target_cdf=None if trace.node_target_cdf is None else trace.node_target_cdf[:M],
         draft_time_ms=None if trace.draft_time_ms is None else trace.draft_time_ms[:P],
         path=trace.path,
     )
@@ -69,5 +70,6 @@ def select_requests(trace: Trace, index) -> Trace:
         node_token=trace.node_token[nodes], node_q=trace.node_q[nodes], node_p=trace.node_p[nodes],
         node_agree=trace.node_agree[nodes], node_routes=trace.node_routes[nodes],
         node_target_prob=opt(trace.node_target_prob, nodes), draft_time_ms=opt(trace.draft_time_ms, pos),
+        node_target_cdf=opt(trace.node_target_cdf, nodes),
         path=trace.path,
     )
