@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from simmoe.replay.caches import make_cache
 from simmoe.hardware.profile import load_profile
+from simmoe.replay.caches import make_cache
 from simmoe.replay.timing import CycleTimer
 
 
@@ -80,7 +80,7 @@ def main() -> None:
             kw["popularity"] = np.sum(stream, axis=0)
         cache = make_cache(policy, L, N, args.slots, **kw)
 
-        def run_cache():
+        def run_cache(cache=cache, policy=policy):
             cache.reset()
             counts[policy] = [cache.forward(d) for d in stream]
         s, w = timed(run_cache, args.repeat)
@@ -98,7 +98,7 @@ def main() -> None:
     ):
         timer = CycleTimer(prof_used, model=model, cache=args.slots > 0)
 
-        def run_timer():
+        def run_timer(label=label, timer=timer):
             results[label] = [timer.forward_ms(n_tokens, h, m) for h, m in hm]
         s, w = timed(run_timer, args.repeat)
         print(f"{label:34s} {1e6 * s / args.forwards:11.1f} {s:8.2f} {w:8.2f}")

@@ -28,6 +28,7 @@ from hwprobe.specdecode import prefill, select_top_k
 from hwprobe.tree import cache_length, compact_cache, crop_cache, greedy_verdict, tree_forward
 
 KINDS = ("prefix", "min-union")
+DEFAULT_SPEC = PoolSpec()
 
 
 @dataclass
@@ -66,9 +67,9 @@ def min_union_tree(pool: Pool, routes: np.ndarray, k: int) -> list[int] | None:
 
     def mask(row) -> int:
         bits = 0
-        for l in range(L):
-            for e in routes[row, l]:
-                bits |= 1 << (l * N + int(e))
+        for layer in range(L):
+            for e in routes[row, layer]:
+                bits |= 1 << (layer * N + int(e))
         return bits
 
     node_mask = [mask(1 + v) for v in range(m)]
@@ -93,12 +94,15 @@ def min_union_tree(pool: Pool, routes: np.ndarray, k: int) -> list[int] | None:
 
 def union_of(routes: np.ndarray, rows) -> int:
     rows = [0, *[1 + j for j in rows]]
-    return int(sum(len(np.unique(routes[rows, l])) for l in range(routes.shape[1])))
+    return int(sum(len(np.unique(routes[rows, layer])) for layer in range(routes.shape[1])))
 
 
 def _time_probe(model, backend, drafter, context, cache, root, sel, spec, clear: bool):
     device = next(model.parameters()).device
-    sync = (lambda: synchronize(device))
+
+    def sync():
+        return synchronize(device)
+
     n = cache_length(cache)
     sync()
     t0 = time.perf_counter()
@@ -122,7 +126,7 @@ def _time_probe(model, backend, drafter, context, cache, root, sel, spec, clear:
 
 
 def probe_states(model, backend, drafter, prompts: list[tuple[str, list[int]]], *,
-                 boundaries=(0, 4, 8), sizes=range(8), repeats: int = 2, spec: PoolSpec = PoolSpec(),
+                 boundaries=(0, 4, 8), sizes=range(8), repeats: int = 2, spec: PoolSpec = DEFAULT_SPEC,
                  modes=(True, False), progress=None) -> list[ProbeRow]:
     """Run the protocol; returns one row per timed probe (all repeats, both cache modes)."""
     rows: list[ProbeRow] = []

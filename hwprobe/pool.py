@@ -63,8 +63,10 @@ class Pool:
             if par >= 0 and par not in remap:
                 raise ValueError(f"node {old} selected without its parent {par}")
             sub.parent.append(remap[par] if par >= 0 else -1)
-            sub.level.append(self.level[old]); sub.token.append(self.token[old])
-            sub.q.append(self.q[old]); sub.p.append(self.p[old])
+            sub.level.append(self.level[old])
+            sub.token.append(self.token[old])
+            sub.q.append(self.q[old])
+            sub.p.append(self.p[old])
         return sub
 
     def upto_level(self, d: int) -> Pool:
@@ -80,7 +82,7 @@ def grow_pool(drafter, context: list[int], spec: PoolSpec = PoolSpec(), sync=Non
     """
     pool = Pool()
     frontier = [-1]
-    for level in range(1, spec.depth + 1):
+    for _level in range(1, spec.depth + 1):
         if len(pool) >= spec.max_nodes or not frontier:
             break
         if sync is not None:
@@ -106,6 +108,6 @@ def grow_pool(drafter, context: list[int], spec: PoolSpec = PoolSpec(), sync=Non
 def build_pool(drafter, context: list[int], spec: PoolSpec = PoolSpec(), sync=None) -> Pool:
     """The full-depth pool."""
     pool = Pool()
-    for pool in grow_pool(drafter, context, spec, sync):
-        pass
+    for grown in grow_pool(drafter, context, spec, sync):
+        pool = grown
     return pool

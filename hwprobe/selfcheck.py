@@ -40,7 +40,7 @@ def lru_copies(unions_per_forward: list[list[set[int]]], slots: int) -> int:
 
 def unions(routes: np.ndarray) -> list[set[int]]:
     """Per-layer expert unions of a forward's routes ``[tokens, L, k]``."""
-    return [set(np.unique(routes[:, l]).tolist()) for l in range(routes.shape[1])]
+    return [set(np.unique(routes[:, layer]).tolist()) for layer in range(routes.shape[1])]
 
 
 @dataclass

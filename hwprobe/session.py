@@ -32,7 +32,8 @@ def add_model_args(p, *, drafter: bool = True) -> None:
                        "1 - --agreement (controllable acceptance)")
         p.add_argument("--agreement", type=float, default=0.8,
                        help="agreement rate of the target drafter (default 0.8)")
-        p.add_argument("--drafter-dir", metavar="DIR", help="draft LM or EAGLE-3 head directory ('tiny' for the tiny drafter, "
+        p.add_argument("--drafter-dir", metavar="DIR",
+                       help="draft LM or EAGLE-3 head directory ('tiny' for the tiny drafter, "
                        "or with --drafter eagle3 the tiny target's EAGLE-3 head; also 'tiny-eagle3')")
         p.add_argument("--pool-topk", type=int, default=2, help="children per expanded node (default 2)")
         p.add_argument("--pool-expand", type=int, default=2, help="nodes expanded per level (default 2)")

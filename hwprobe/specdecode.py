@@ -17,6 +17,8 @@ import torch
 from hwprobe.pool import Pool, PoolSpec, build_pool
 from hwprobe.tree import cache_length, compact_cache, greedy_verdict, lm_forward, new_cache, tree_forward
 
+DEFAULT_SPEC = PoolSpec()
+
 
 def _device(model):
     return next(model.parameters()).device
@@ -70,7 +72,7 @@ class SpecResult:
 
 
 def speculative_generate(model, drafter, prompt: list[int], max_new_tokens: int, select=select_all,
-                         spec: PoolSpec = PoolSpec(), eos: int | None = None) -> SpecResult:
+                         spec: PoolSpec = DEFAULT_SPEC, eos: int | None = None) -> SpecResult:
     """Greedy speculative decoding; ``select(pool)`` returns the node ids to verify."""
     feats = getattr(drafter, "needs_features", False)
     drafter.start(prompt)

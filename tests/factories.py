@@ -51,11 +51,17 @@ def random_trace(seed: int = 0, *, num_requests: int = 2, output_len=(5, 9),
         p = np.empty_like(q)
         for j, a in enumerate(par):
             p[j] = q[j] if a < 0 else p[a] * q[j]
-        parents.append(par); levels.append(lev); qs.append(q); ps.append(p)
+        parents.append(par)
+        levels.append(lev)
+        qs.append(q)
+        ps.append(p)
         agree.append(rng.random(len(par)) < agree_rate)
         ptr.append(ptr[-1] + len(par))
     M = ptr[-1]
-    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs and M else np.zeros(0, dt))
+
+    def cat(xs, dt):
+        return np.concatenate(xs).astype(dt) if xs and M else np.zeros(0, dt)
+
     geometry = ModelGeometry(L, N, k, expert_bytes=1024, name="random")
     meta = {
         "schema_version": SCHEMA_VERSION,

@@ -109,7 +109,8 @@ def render(trained: dict, random_init: dict, *, command: str, limit: int, tokens
               "| level | trained: mean q | trained: path accept | random init: path accept |",
               "|---:|---:|---:|---:|"]
     for a, b in zip(t["acceptance"]["by_level"], r["acceptance"]["by_level"]):
-        lines.append(f"| {a['level']} | {a['mean_q']:.3f} | {a['path_accept_rate']:.3f} | {b['path_accept_rate']:.3f} |")
+        lines.append(f"| {a['level']} | {a['mean_q']:.3f} | {a['path_accept_rate']:.3f} "
+                     f"| {b['path_accept_rate']:.3f} |")
     lines += ["", "A random-init target's greedy output is degenerate (it repeats tokens, see the table), and "
               "a repeated token routes to the same experts, so its consecutive-token reuse says little; "
               "node-vs-parent reuse and union growth within a tree compare like with like.",

@@ -126,7 +126,7 @@ def slot_table(df, dataset: str) -> tuple[str, str | None]:
         e = pick(sub, slots=slots, selector="eagle3").iloc[0]
         i = fig["slots"].index(slots) if fig and slots in fig["slots"] else None
 
-        def pub(block, sel):
+        def pub(block, sel, i=i):
             return fig[block][sel][i] if i is not None else None
 
         gain = 100.0 * (s["decode_tps"] / e["decode_tps"] - 1.0)

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from simmoe.atomicio import write_bytes_atomic, write_text_atomic
-from simmoe.replay.engine import ReplayConfig, ar_baseline, plan_key, replay
 from simmoe.errors import SimmoeError
+from simmoe.replay.engine import ReplayConfig, ar_baseline, plan_key, replay
 from simmoe.replay.metrics import COUNTERS, speedup
 from simmoe.replay.selectors import SELECTORS
+
 
 @dataclass(frozen=True)
 class Grid:

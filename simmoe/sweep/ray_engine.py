@@ -28,10 +28,10 @@ the object store once and fetching it once per node.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from simmoe.replay.engine import ReplayConfig
 from simmoe.errors import SimmoeError
+from simmoe.replay.engine import ReplayConfig
 from simmoe.replay.selectors import SELECTORS
 from simmoe.sweep.grid import Failure, assemble, cached_trace, replay_task, tasks_of  # noqa: F401 (Failure: API)
 

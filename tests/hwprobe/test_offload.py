@@ -26,8 +26,8 @@ def reference_lru(forwards, slots):
     """Copies of a per-layer LRU: each forward's union, hits touched ascending, misses inserted ascending."""
     caches, copies = {}, 0
     for layers in forwards:
-        for l, union in enumerate(layers):
-            c = caches.setdefault(l, OrderedDict())
+        for layer, union in enumerate(layers):
+            c = caches.setdefault(layer, OrderedDict())
             present = [e for e in sorted(union) if e in c]
             absent = [e for e in sorted(union) if e not in c]
             for e in present:
@@ -53,8 +53,8 @@ def test_offloads_every_experts_module_through_the_interface(pair):
 
     ref, off, backend = pair
     assert len(backend.layers) == 2
-    for l in off.model.layers:
-        experts = l.mlp.experts
+    for layer in off.model.layers:
+        experts = layer.mlp.experts
         assert type(experts) is type(ref.model.layers[0].mlp.experts)          # nothing replaced
         assert isinstance(experts.__dict__["_hwprobe_offload"], OffloadedExperts)
         assert "gate_up_proj" not in dict(experts.named_parameters())          # the weights live on the host
@@ -101,7 +101,7 @@ def test_copies_equal_independent_lru(pair, slots, inflight, steps):
         for toks in steps:
             lm_forward(off, torch.tensor([toks]), cache)
             routes = rec.pop()
-            forwards.append([set(routes[:, l].ravel().tolist()) for l in range(routes.shape[1])])
+            forwards.append([set(routes[:, ell].ravel().tolist()) for ell in range(routes.shape[1])])
     snap = backend.collect()
     assert snap.total_copies == reference_lru(forwards, slots)
     # every expert of a forward is either a hit or copied exactly once
@@ -121,7 +121,7 @@ def test_zero_slots_copies_whole_union_every_forward(pair):
         lm_forward(off, ids, new_cache(off))
         lm_forward(off, ids, new_cache(off))
         routes = rec.pop()
-    per_forward = [sum(len(np.unique(r[:, l])) for l in range(2)) for r in (routes[:9], routes[9:])]
+    per_forward = [sum(len(np.unique(r[:, layer])) for layer in range(2)) for r in (routes[:9], routes[9:])]
     snap = backend.collect()
     assert snap.total_copies == sum(per_forward) and snap.total_hits == 0
 

@@ -84,14 +84,18 @@ def test_compaction_keeps_exactly_the_accepted_rows(model):
 
 def test_ancestor_matrix_and_verdict():
     pool = Pool()
-    a = pool.add(-1, 10, 0.5); b = pool.add(-1, 11, 0.4); c = pool.add(a, 12, 0.5); pool.add(c, 13, 0.5)
+    a = pool.add(-1, 10, 0.5)
+    b = pool.add(-1, 11, 0.4)
+    c = pool.add(a, 12, 0.5)
+    pool.add(c, 13, 0.5)
     A = ancestor_matrix(pool.parent)
     assert A[4].tolist() == [True, True, False, True, True] and A[2].tolist() == [True, False, True, False, False]
     V = 20
     logits = torch.full((5, V), -1.0)
     logits[0, 11] = 1  # root predicts 11: node b agrees, a does not
     logits[2, 5] = 1   # after b: 5
-    logits[1, 12] = 1; logits[3, 13] = 1
+    logits[1, 12] = 1
+    logits[3, 13] = 1
     v = greedy_verdict(pool, logits)
     assert v.agree.tolist() == [False, True, True, True]
     assert v.path == [b] and v.next_root == 5

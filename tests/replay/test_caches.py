@@ -13,10 +13,11 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simmoe.replay.caches import POLICIES, make_cache
 from simmoe.errors import CheckFailed, SimmoeError
+from simmoe.replay.caches import POLICIES, make_cache
 
 
 # -- random demand streams ----------------------------------------------------
@@ -47,10 +48,11 @@ def ref_lru(L, N, slots, stream):
     out = []
     for d in stream:
         hs, ms = [], []
-        for l in range(L):
-            c = caches[l]
-            hits, misses = accesses(d[l], c)
-            hs.append(len(hits)); ms.append(len(misses))
+        for layer in range(L):
+            c = caches[layer]
+            hits, misses = accesses(d[layer], c)
+            hs.append(len(hits))
+            ms.append(len(misses))
             for e in hits + misses:
                 c.pop(e, None)
                 c[e] = True
@@ -68,17 +70,18 @@ def ref_lfu(L, N, slots, stream):
     clock = 0
     for d in stream:
         hs, ms = [], []
-        for l in range(L):
-            hits, misses = accesses(d[l], resident[l])
-            hs.append(len(hits)); ms.append(len(misses))
+        for layer in range(L):
+            hits, misses = accesses(d[layer], resident[layer])
+            hs.append(len(hits))
+            ms.append(len(misses))
             for e in hits + misses:
                 clock += 1
-                freq[l][e] = freq[l].get(e, 0) + 1
-                last[l][e] = clock
-                resident[l].add(e)
-                if len(resident[l]) > slots:
-                    victim = min(resident[l], key=lambda x: (freq[l][x], last[l][x]))
-                    resident[l].remove(victim)
+                freq[layer][e] = freq[layer].get(e, 0) + 1
+                last[layer][e] = clock
+                resident[layer].add(e)
+                if len(resident[layer]) > slots:
+                    victim = min(resident[layer], key=lambda x: (freq[layer][x], last[layer][x]))
+                    resident[layer].remove(victim)
         out.append((hs, ms))
     return out
 
@@ -90,31 +93,33 @@ def ref_belady(L, N, slots, stream):
     T = len(stream)
     for t, d in enumerate(stream):
         hs, ms = [], []
-        for l in range(L):
-            need = set(np.flatnonzero(d[l]).tolist())
-            hs.append(len(need & resident[l])); ms.append(len(need - resident[l]))
-            cand = resident[l] | need
+        for layer in range(L):
+            need = set(np.flatnonzero(d[layer]).tolist())
+            hs.append(len(need & resident[layer]))
+            ms.append(len(need - resident[layer]))
+            cand = resident[layer] | need
 
-            def next_use(e):
+            def next_use(e, t=t, layer=layer):
                 for u in range(t + 1, T):
-                    if stream[u][l][e]:
+                    if stream[u][layer][e]:
                         return u
                 return T + 1
-            resident[l] = set(sorted(cand, key=lambda e: (next_use(e), e))[:slots])
+            resident[layer] = set(sorted(cand, key=lambda e: (next_use(e), e))[:slots])
         out.append((hs, ms))
     return out
 
 
 def ref_static(L, N, slots, stream, popularity):
     out = []
-    pinned = [set(sorted(range(N), key=lambda e: (-popularity[l][e], e))[:slots]) for l in range(L)]
+    pinned = [set(sorted(range(N), key=lambda e: (-popularity[layer][e], e))[:slots]) for layer in range(L)]
     loaded = [set() for _ in range(L)]
     for d in stream:
         hs, ms = [], []
-        for l in range(L):
-            need = set(np.flatnonzero(d[l]).tolist())
-            hs.append(len(need & loaded[l])); ms.append(len(need - loaded[l]))
-            loaded[l] |= need & pinned[l]
+        for layer in range(L):
+            need = set(np.flatnonzero(d[layer]).tolist())
+            hs.append(len(need & loaded[layer]))
+            ms.append(len(need - loaded[layer]))
+            loaded[layer] |= need & pinned[layer]
         out.append((hs, ms))
     return out
 
@@ -230,8 +235,14 @@ def test_expert_shared_within_a_forward_loads_once():
 
 def test_lru_evicts_the_least_recently_used():
     cache = make_cache("lru", 1, 4, 2)
-    f = lambda *es: np.isin(np.arange(4), es)[None, :]
-    cache.forward(f(0)); cache.forward(f(1)); cache.forward(f(0)); cache.forward(f(2))  # evicts 1
+
+    def f(*es):
+        return np.isin(np.arange(4), es)[None, :]
+
+    cache.forward(f(0))
+    cache.forward(f(1))
+    cache.forward(f(0))
+    cache.forward(f(2))  # evicts 1
     h, m = cache.forward(f(0, 1))
     assert (h[0], m[0]) == (1, 1)
 

@@ -6,8 +6,8 @@ import json
 
 import pandas as pd
 import pytest
-
 from factories import random_trace
+
 from simmoe.cli import main
 
 
@@ -45,8 +45,9 @@ def test_table_names_every_selector_and_says_synthetic(files, capsys):
 
 
 def test_json_results_match_the_engine(files, capsys):
-    from simmoe.replay.engine import ReplayConfig, replay as engine_replay
     from simmoe.hardware.profile import load_profile
+    from simmoe.replay.engine import ReplayConfig
+    from simmoe.replay.engine import replay as engine_replay
 
     d, trace = files
     assert replay(files, "--slots", "4", "--selectors", "eagle3,ar", "--json", "-") == 0

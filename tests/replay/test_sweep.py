@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from factories import random_trace
+
 from simmoe.cli import main
-from simmoe.replay.engine import ar_baseline, replay
 from simmoe.errors import SimmoeError
+from simmoe.replay.engine import ar_baseline, replay
 from simmoe.sweep.grid import Grid, run_sweep, tasks_of, write_table
 
 
@@ -70,7 +70,7 @@ def test_plans_are_shared_within_a_task(setup):
     from simmoe.replay.engine import plan_key
 
     tasks = tasks_of(grid(setup).configs())
-    for path, cfgs in tasks:
+    for _path, cfgs in tasks:
         assert len({plan_key(c) for c in cfgs}) == 1
     # per trace: ar ignores profile and routes (1 plan); eagle3 depends on the routes it sees
     # (2 accuracies); evict on profile x routes (4); specfit on profile x cache on/off x routes (8)

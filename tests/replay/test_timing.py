@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simmoe.errors import SimmoeError
 from simmoe.hardware.profile import HardwareProfile, load_profile
@@ -98,12 +99,12 @@ def test_overlap_lies_between_its_bounds(hm, a, e, x, c):
 @given(layers(max_count=20), st.floats(0, 5), st.floats(0, 1), st.floats(0, 3), st.integers(1, 4), st.data())
 def test_a_hit_turned_miss_never_saves_time(hm, a, e, x, c, data):
     h, m = hm
-    l = data.draw(st.integers(0, len(h) - 1))
-    if h[l] == 0:
+    layer = data.draw(st.integers(0, len(h) - 1))
+    if h[layer] == 0:
         return
     h2, m2 = h.copy(), m.copy()
-    h2[l] -= 1
-    m2[l] += 1
+    h2[layer] -= 1
+    m2[layer] += 1
     assert fixed_copy_forward(a, h2, m2, e, x, c) >= fixed_copy_forward(a, h, m, e, x, c) - 1e-9
 
 

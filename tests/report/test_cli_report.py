@@ -38,9 +38,12 @@ def test_outputs_are_deterministic_and_only_ours(two_runs):
         expected |= {f"figures/{t}-{f}.png" for f in FIGS}
     assert set(a) == expected
     assert a["calibration.md"] == b"someone else's report\n"  # never touched
+
     # the index and the tables record where the report came from, not when
-    strip = lambda d: {k: v.replace(str(two_runs[0]).encode(), b"OUT").replace(str(two_runs[1]).encode(), b"OUT")
-                       for k, v in d.items()}
+    def strip(d):
+        return {k: v.replace(str(two_runs[0]).encode(), b"OUT").replace(str(two_runs[1]).encode(), b"OUT")
+                for k, v in d.items()}
+
     assert strip(a) == strip(b)
     for k in a:
         if k.endswith(".png"):
@@ -50,7 +53,7 @@ def test_outputs_are_deterministic_and_only_ours(two_runs):
 def test_index_labels_synthetic_and_embeds_every_figure(two_runs, trace_files):
     text = (two_runs[0] / "index.md").read_text()
     assert text.count("SYNTHETIC") >= 10
-    for heading in [l for l in text.splitlines() if l.startswith("### ")]:
+    for heading in [line for line in text.splitlines() if line.startswith("### ")]:
         assert heading.endswith("(SYNTHETIC)"), heading
     for t in ("gsm8k", "cnndm"):
         for f in FIGS:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from report_traces import small
+
 from simmoe.replay.engine import ReplayConfig, ar_baseline, replay
 from simmoe.report.experiments import (
     ReportSettings,
@@ -55,7 +55,7 @@ def test_fixed_selector_time_and_cache_naming(frame):
     pol = frame[frame["experiment"] == "policy"]
     assert set(pol["cache"]) == {"lru", "lfu", "belady", "static"}
     # belady is the fewest copies of any policy at the same slots (the offline optimum)
-    for (sel, slots), g in pol.groupby(["selector", "slots"]):
+    for (_sel, _slots), g in pol.groupby(["selector", "slots"]):
         bel = g[g["cache"] == "belady"]["h2d_per_token"].iloc[0]
         assert bel <= g["h2d_per_token"].min() + 1e-12
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simmoe.errors import ProfileError
 from simmoe.hardware.profile import load_profile
@@ -43,6 +44,7 @@ def test_published_link_copy_times():
 
 def test_faster_link_never_slows_ar_without_cache():
     from factories import random_trace
+
     from simmoe.replay.engine import ReplayConfig, replay
 
     trace = random_trace(7, num_requests=2, output_len=(6, 9), pool_nodes=0, L=3, N=12, k=2)

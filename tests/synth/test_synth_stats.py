@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
-
 from factories import random_trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from synth_tiny import TINY
+
 from simmoe.synth import generate
 from simmoe.synth import stats as S
 from simmoe.synth.routing import ExpertSampler, context_chain, popularity, resample
-
-from synth_tiny import TINY
 
 
 def lru_reference(demands, slots):

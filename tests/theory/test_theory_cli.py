@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from factories import random_trace
+
 from simmoe.cli import main
 from simmoe.errors import CheckFailed
 
@@ -48,9 +48,9 @@ def run_json(capsys, *argv):
 
 
 def test_bound_json_is_table5_of_the_trace(files, capsys):
-    from solvers import CostModel
     from simmoe.theory import lambda_star
     from simmoe.theory.cycles import specfit_cycles
+    from solvers import CostModel
 
     trace, tpath, ppath = files
     rep = run_json(capsys, "bound", tpath, "--hardware", ppath)

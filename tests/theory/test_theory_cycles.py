@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from factories import random_trace
-from solvers import CostModel
-from simmoe.theory.cycles import accepted_length, specfit_cycles
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from theory_brute import accepted, brute_pool, walk
+
+from simmoe.theory.cycles import accepted_length, specfit_cycles
+from solvers import CostModel
 
 costs = st.tuples(
     st.lists(st.floats(0.5, 6.0), min_size=8, max_size=8),

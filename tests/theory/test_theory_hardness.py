@@ -7,11 +7,11 @@ import itertools
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from simmoe.theory.hardness import decide, has_clique, instance_record, selected_is_clique, subtree_count
 from solvers import CostModel, Pool, select_exact
-from simmoe.theory.hardness import (decide, has_clique, instance_record, selected_is_clique,
-                                    subtree_count)
 
 
 @pytest.mark.parametrize("n, r", [(3, 2), (4, 3), (5, 3), (5, 4), (6, 4), (5, 5)])

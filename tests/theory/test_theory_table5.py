@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from factories import random_routes, random_trace, random_tree
-from solvers import CostModel, Pool
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from theory_brute import (
+    accepted,
+    best,
+    brute_pool,
+    envelope_breakpoints,
+    lambda_by_bisection,
+    lambda_by_rules,
+    least_squares_line,
+    stats,
+    walk,
+)
+
 from simmoe.errors import CheckFailed
 from simmoe.theory import lambda_star
 from simmoe.theory import table5 as t5
 from simmoe.theory.cycles import specfit_cycles
-from theory_brute import (accepted, best, brute_pool, envelope_breakpoints,
-                          lambda_by_bisection, lambda_by_rules, least_squares_line, stats, walk)
+from solvers import CostModel, Pool
 
 # β is 0 or not tiny: with β near 1e-16 the breakpoints in λ sit where T̂
 # differs only in its last bits, and their count is float noise.
@@ -69,8 +79,10 @@ def test_every_row_matches_brute_force(seed, cost, agree):
     lam = table.lambda_star
     assert lam == pytest.approx(lam_bisect, rel=1e-9)
 
-    R = np.array([x[0] for x in hat]); F = np.array([x[1] for x in hat])
-    T = np.array([x[2] for x in hat]); rho = R / T
+    R = np.array([x[0] for x in hat])
+    F = np.array([x[1] for x in hat])
+    T = np.array([x[2] for x in hat])
+    rho = R / T
     star = [best(c["pool"], K, b, beta, lam=lam) for c in cyc]
     st_ = [stats(c["pool"], s, b, beta) for c, s in zip(cyc, star)]
     Ts = np.array([x[2] for x in st_])

@@ -26,7 +26,7 @@ class BrutePool:
     def n(self) -> int:
         return len(self.parents)
 
-    def sub(self, d: int) -> tuple["BrutePool", list[int]]:
+    def sub(self, d: int) -> tuple[BrutePool, list[int]]:
         keep = [v for v in range(self.n) if self.levels[v] <= d]
         new = {v: i for i, v in enumerate(keep)}
         return BrutePool([-1 if self.parents[v] < 0 else new[self.parents[v]] for v in keep],
@@ -37,7 +37,7 @@ class BrutePool:
 
 def pairs(routes) -> set:
     routes = np.asarray(routes)
-    return {(l, int(e)) for l in range(routes.shape[0]) for e in routes[l]}
+    return {(layer, int(e)) for layer in range(routes.shape[0]) for e in routes[layer]}
 
 
 def brute_pool(parents, probs, root_routes, node_routes, agree=None) -> BrutePool:

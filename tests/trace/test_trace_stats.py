@@ -43,7 +43,7 @@ def test_acceptance_by_level_and_accepted_length(seed, nodes):
     lengths, expected = [], []
     for pool in pools(t):
         ok = path_ok_direct(pool)
-        for (a, lv, q, p, g, _), o in zip(pool, ok):
+        for (_a, lv, q, p, g, _), o in zip(pool, ok):
             per_level.setdefault(lv, []).append((q, g, p, o))
         lengths.append(max([lv for (_, lv, *_), o in zip(pool, ok) if o], default=0))
         expected.append(sum(p for _, _, _, p, _, _ in pool))
@@ -111,8 +111,8 @@ def test_union_vs_tree_size_direct(seed, N, k):
         ranked = sorted(range(len(pool)), key=lambda j: (-pool[j][3], j))
         for size in range(1, len(pool) + 2):
             rows = [t.root_routes[i]] + [pool[j][5] for j in ranked[:size - 1]]
-            sums.setdefault(size, []).append(np.mean([len(set(np.concatenate([r[l] for r in rows])))
-                                                      for l in range(2)]))
+            sums.setdefault(size, []).append(np.mean([len(set(np.concatenate([r[layer] for r in rows])))
+                                                      for layer in range(2)]))
     for size, mean, n in zip(u["tree_size"], u["mean_union"], u["pools"]):
         assert n == len(sums[size])
         assert mean == pytest.approx(np.mean(sums[size]))
@@ -129,7 +129,7 @@ def test_union_vs_window_direct(seed, lens):
         for r in range(2):
             a, b = t.request_positions(r)
             for s in range(a, b - w + 1):
-                vals += [len(set(t.root_routes[s:s + w, l].ravel())) for l in range(2)]
+                vals += [len(set(t.root_routes[s:s + w, layer].ravel())) for layer in range(2)]
         assert n * 2 == len(vals)
         if vals:
             assert mean == pytest.approx(np.mean(vals))
