@@ -1,25 +1,41 @@
-"""Timing of the exact solvers on synthetic pools shaped like SpecFit's (all pools synthetic).
+"""Timing of the exact solvers on synthetic pools (all pools synthetic).
 
-Run:  python benchmarks/bench_solvers.py [--quick] [--seed S]
+Run:  python benchmarks/bench_solvers.py [--quick] [--seed S] [--pools N] [--today N] [--cap S]
 
-Prints the median and p99 per call of: ``Pool.from_routes``; exact selection
-on 18-node pools (top-2 expansion, depth 5, 48 layers x 128 experts, top-8
-routes with parent-child overlap 0.6, K=7, A100 with-cache cost of App. B)
-by plain enumeration (Algorithm 1) and by the branch and bound, timed
-alternately on the same pools so that their ratio is fair on a shared
-machine; adaptive depth per cycle, beside the literal level-by-level loop; the branch and bound on 32-, 64- and
-128-node pools with K = 16 and 32; a stress case where the size limit binds
-(p ~ U(0.2, 1) on every node, β = 0.02); and the closure (one min cut, and the
-largest ratio with all breakpoints) on 200- and 1000-node pools.
+Prints the median and p99 per call (and the max where a tail matters) of:
+
+* ``Pool.from_routes``; exact selection on SpecFit's 18-node pools (top-2
+  expansion, depth 5, 48 layers x 128 experts, top-8 routes with parent-child
+  overlap 0.6, K=7, A100 with-cache cost of App. B) by plain enumeration
+  (Algorithm 1), by today's branch and bound (``branch_and_bound_ratio``) and by
+  ``select_exact``, timed alternately on the same pools so that their ratios are
+  fair on a shared machine; adaptive depth per cycle, beside the literal
+  level-by-level loop;
+* ``select_exact`` and today's search on 32-, 64- and 128-node SpecFit-shaped
+  pools (K = 16, 32) and on stress pools where the size limit binds (p ~ U(0.2, 1)
+  on every node, β = 0.02);
+* EVICT-shaped pools: EAGLE-3 with steps 4 and top-8 (top-8 expansion, depth 4:
+  8 + 64 + 64 + 64 = 200 candidates; routes 48 x 128 x top-8 with overlap 0.6) at
+  K = 8, 16, 32, under the offload coefficients (App. B with cache) and a
+  resident-like cost (b_j = 142 + 0.5 j, β = 0.02), ``--pools`` pools each; and
+  the 64-node pools of the same shape at K = 32 (resident).  Today's search runs
+  on the first ``--today`` pools of each, stopped after ``--cap`` seconds
+  (SIGALRM); its median counts a stopped run at the cap (a lower bound), and
+  the speed-up is the median of the per-pool ratios on those pools;
+* the closure (one min cut, and the largest ratio with all breakpoints) on 200-
+  and 1000-node pools.
 
 Intercepts beyond b_7 continue the App. B line: b_j = b_7 + 2(j - 7) ms.
 The closure uses the least-squares line through b (``affine_approximation``).
+Every answer of ``select_exact`` is checked against today's search wherever that
+finishes (the run stops on a disagreement).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import time
@@ -29,44 +45,83 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solvers import (CostModel, Pool, affine_approximation, largest_ratio, max_closure,  # noqa: E402
-                     select_adaptive_depth, select_exact)
-from solvers.exact import enumerate_ratio  # noqa: E402
-from solvers.random_pools import random_pool_arrays  # noqa: E402
+from solvers import (  # noqa: E402
+    CostModel,
+    Pool,
+    affine_approximation,
+    largest_ratio,
+    max_closure,
+    select_adaptive_depth,
+    select_exact,
+)
+from solvers.exact import branch_and_bound_ratio, enumerate_ratio  # noqa: E402
+from solvers.random_pools import paper_shaped_pool, random_pool_arrays  # noqa: E402
 
 B_A100_CACHE = [142.214, 147.532, 150.522, 152.269, 152.743, 163.204, 155.175, 156.068]
 BETA_A100_CACHE = 0.210715513
-# plain enumeration of the 18-node pools, K = 7, on this machine when it was quiet (the
-# reference of the 50 us target); the branch and bound's time is scaled from it by the
-# ratio measured side by side
-QUIET_ENUM_US = 240.0
 
 
 def paper_cost(K: int) -> CostModel:
+    """App. B, A100 with cache; b_j = b_7 + 2(j − 7) beyond 7 (the offload coefficients)."""
     b = B_A100_CACHE + [B_A100_CACHE[-1] + 2.0 * (j - 7) for j in range(8, K + 1)]
     return CostModel(b[:max(K + 1, 1)], BETA_A100_CACHE)
 
 
-def stats(times: list[float]) -> str:
-    us = sorted(t * 1e6 for t in times)
-    p99 = us[min(len(us) - 1, int(round(0.99 * (len(us) - 1))))]
-    return f"median {fmt(statistics.median(us))}  p99 {fmt(p99)}  (n={len(us)})"
+def resident_cost(K: int) -> CostModel:
+    """Experts resident on the device: b_j = 142 + 0.5 j ms, β = 0.02 ms per expert."""
+    return CostModel([142.0 + 0.5 * j for j in range(K + 1)], 0.02)
+
+
+def pct(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def stats(times: list[float], tail: bool = False) -> str:
+    us = [t * 1e6 for t in times]
+    out = f"median {fmt(statistics.median(us))}  p99 {fmt(pct(us, 0.99))}"
+    if tail:
+        out += f"  max {fmt(max(us))}"
+    return out + f"  (n={len(us)})"
 
 
 def fmt(us: float) -> str:
     return f"{us:9.1f} us" if us < 10_000 else f"{us / 1000:9.2f} ms"
 
 
-def timed(fn, *args):
+def timed(fn, *args, **kwargs):
     t0 = time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t0, out
+
+
+class Stopped(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Stopped
+
+
+def capped(cap: float, fn, *args):
+    """(seconds, result or None): ``fn`` stopped by SIGALRM after ``cap`` seconds."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, cap)
+    t0 = time.perf_counter()
+    try:
+        out = fn(*args)
+    except Stopped:
+        return cap, None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, old)
     return time.perf_counter() - t0, out
 
 
 def level_by_level(pool: Pool, K: int, cost: CostModel):
     """Lemma 2's loop as written: ``select_exact`` on V≤1, V≤2, … until a stop, each level
     warm-started from the previous selection (the reference for ``select_adaptive_depth``)."""
-    prev = ()
+    prev: tuple[int, ...] = ()
     for d in range(1, pool.depth + 1):
         sub, ids = pool.upto_level(d)
         where = {v: i for i, v in enumerate(ids)}
@@ -83,11 +138,56 @@ def fresh(pool: Pool) -> Pool:
     return pool
 
 
+def same(a, b) -> bool:
+    return (a.nodes, a.reward, a.union, a.time, a.ratio) == (b.nodes, b.reward, b.union, b.time,
+                                                             b.ratio)
+
+
+def compare(label: str, pools: list[Pool], K: int, cost: CostModel, today: int, cap: float):
+    """``select_exact`` on every pool; today's search on the first ``today`` of them."""
+    t_new, sizes, exact = [], [], 0
+    t_old, ratios, finished = [], [], 0
+    for i, pool in enumerate(pools):
+        dt, sel = timed(select_exact, fresh(pool), K, cost)
+        t_new.append(dt)
+        sizes.append(len(sel.nodes))
+        exact += sel.exact
+        if i < today:
+            dt_o, ref = capped(cap, branch_and_bound_ratio, fresh(pool), K, cost)
+            t_old.append(dt_o)
+            ratios.append(dt_o / dt)        # a lower bound where today's was stopped
+            if ref is not None:
+                finished += 1
+                if not same(sel, ref):
+                    raise SystemExit(f"{label}: select_exact and today's search disagree on "
+                                     f"pool {i}: {sel} vs {ref}")
+    print(f"{label}")
+    print(f"    select_exact:   {stats(t_new, tail=True)}  mean selected {np.mean(sizes):.1f}"
+          f"  exact {exact}/{len(pools)}")
+    if t_old:
+        bound = finished < len(t_old)
+        print(f"    today's search: median {fmt(statistics.median(t_old) * 1e6)}"
+              f"{' (stopped runs at the cap: a lower bound)' if bound else ''}"
+              f"  finished {finished}/{len(t_old)} within {cap:g} s; "
+              f"median per-pool time ratio today's / select_exact "
+              f"{'>= ' if bound else ''}{statistics.median(ratios):.3g}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer pools (a smoke run)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pools", type=int, default=200, help="EVICT-shaped pools per row")
+    ap.add_argument("--today", type=int, default=30,
+                    help="of those, how many also run today's search")
+    ap.add_argument("--cap", type=float, default=5.0,
+                    help="seconds after which today's search is stopped")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.pools, args.today, args.cap = 20, 5, 1.0
+    # warm up: imports and the first maximum flow are not part of any selection's time
+    select_exact(paper_shaped_pool(np.random.default_rng(12345), 200, depth=4, expand=8), 32,
+                 resident_cost(32))
     rng = np.random.default_rng(args.seed)
     n18 = 60 if args.quick else 400
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -105,77 +205,89 @@ def main(argv=None) -> int:
 
     # -- 18-node pools, K = 7 ----------------------------------------------------------
     cost7 = paper_cost(7)
-    t_enum, t_bnb, t_warm, t_adapt, t_loop, sizes, depths = [], [], [], [], [], [], []
-    for pool in pools:
+    t_enum, t_old, t_new, t_warm, t_adapt, t_loop, sizes, depths = ([] for _ in range(8))
+    for i, pool in enumerate(pools):
         dt_e, a = timed(enumerate_ratio, pool, 7, cost7)
-        dt_b, b = timed(select_exact, fresh(pool), 7, cost7)
+        if i % 2:       # alternate which of the two goes first
+            dt_o, o = timed(branch_and_bound_ratio, fresh(pool), 7, cost7)
+            dt_b, b = timed(select_exact, fresh(pool), 7, cost7)
+        else:
+            dt_b, b = timed(select_exact, fresh(pool), 7, cost7)
+            dt_o, o = timed(branch_and_bound_ratio, fresh(pool), 7, cost7)
         dt_w, _ = timed(select_exact, pool, 7, cost7)
         dt_a, (sel, d) = timed(select_adaptive_depth, fresh(pool), 7, cost7)
         dt_l, (sel_l, d_l) = timed(level_by_level, fresh(pool), 7, cost7)
-        if a != b:
-            raise SystemExit(f"enumeration and branch and bound disagree: {a} vs {b}")
+        if not (same(a, b) and same(o, b)):
+            raise SystemExit(f"enumeration, today's search and select_exact disagree: {a} {o} {b}")
         if (sel.nodes, d) != (sel_l.nodes, d_l):
             raise SystemExit(f"adaptive depth disagrees with the level loop: {sel} vs {sel_l}")
         t_enum.append(dt_e)
-        t_bnb.append(dt_b)
+        t_old.append(dt_o)
+        t_new.append(dt_b)
         t_warm.append(dt_w)
         t_adapt.append(dt_a)
         t_loop.append(dt_l)
         sizes.append(len(b.nodes))
         depths.append(d)
-    ratio = statistics.median(e / b for e, b in zip(t_enum, t_bnb))
     print(f"exact K=7, plain enumeration (Algorithm 1):    {stats(t_enum)}")
-    print(f"exact K=7, branch and bound (select_exact):    {stats(t_bnb)}")
+    print(f"exact K=7, today's branch and bound:           {stats(t_old)}")
+    print(f"exact K=7, select_exact:                       {stats(t_new)}")
     print(f"  same, per-pool cache warm:                   {stats(t_warm)}")
-    print(f"  median speed-up over enumeration: {ratio:.1f}x; mean selected nodes "
-          f"{np.mean(sizes):.2f}")
-    print(f"  branch and bound at the speed of a quiet machine (enumeration there "
-          f"{QUIET_ENUM_US:.0f} us): {QUIET_ENUM_US / ratio:.1f} us")
+    print(f"  median per-pool ratios: enumeration / select_exact "
+          f"{statistics.median(e / b for e, b in zip(t_enum, t_new, strict=True)):.1f}x; "
+          f"select_exact / today's search "
+          f"{statistics.median(b / o for b, o in zip(t_new, t_old, strict=True)):.3f}; "
+          f"mean selected nodes {np.mean(sizes):.2f}")
     print(f"adaptive depth (Lemma 2), K=7:                 {stats(t_adapt)}  "
           f"mean drafted levels {np.mean(depths):.2f}")
-    ratio_a = statistics.median(x / y for x, y in zip(t_loop, t_adapt))
+    ratio_a = statistics.median(x / y for x, y in zip(t_loop, t_adapt, strict=True))
     print(f"  literal level loop, select_exact per level:  {stats(t_loop)}  "
           f"(median {ratio_a:.1f}x the time of select_adaptive_depth)")
-    per_cycle = [b + a for b, a in zip(t_build, t_adapt)]
+    per_cycle = [b + a for b, a in zip(t_build, t_adapt, strict=True)]
     print(f"from_routes + adaptive depth, per cycle:       {stats(per_cycle)}")
 
-    # -- larger pools -------------------------------------------------------------------
+    # -- larger SpecFit-shaped pools ---------------------------------------------------
     reps = 8 if args.quick else 40
+    print()
     for nodes, depth in ((32, 6), (64, 8), (128, 12)):
         arrays = [random_pool_arrays(rng, nodes=nodes, depth=depth) for _ in range(reps)]
         big = [Pool.from_routes(*a) for a in arrays]
         for K in (16, 32):
-            cost = paper_cost(K)
-            ts, ks = [], []
-            for pool in big:
-                dt, sel = timed(select_exact, fresh(pool), K, cost)
-                ts.append(dt)
-                ks.append(len(sel.nodes))
-            print(f"exact {nodes:3d} nodes (n={big[0].n}), K={K:2d}:             {stats(ts)}  "
-                  f"mean selected {np.mean(ks):.1f}")
+            compare(f"SpecFit-shaped {nodes} nodes (n={big[0].n}), K={K}, offload cost",
+                    big, K, paper_cost(K), reps, args.cap)
 
     # -- stress: flat probabilities, the size limit binds ------------------------------
     for nodes, depth in ((32, 6), (64, 8)):
-        ts, ks = [], []
+        stress = []
         for _ in range(3 if args.quick else 6):
             parents, _p, root, routes, N = random_pool_arrays(rng, nodes=nodes, depth=depth)
             probs = rng.uniform(0.2, 1.0, len(parents))
-            pool = Pool.from_routes(parents, probs, root, routes, N)
-            cost = CostModel(paper_cost(16).b, 0.02)
-            dt, sel = timed(select_exact, pool, 16, cost)
-            ts.append(dt)
-            ks.append(len(sel.nodes))
-        print(f"stress {nodes} nodes, p ~ U(0.2, 1), beta 0.02, K=16: {stats(ts)}  "
-              f"mean selected {np.mean(ks):.1f}")
+            stress.append(Pool.from_routes(parents, probs, root, routes, N))
+        compare(f"stress {nodes} nodes, p ~ U(0.2, 1), beta 0.02, K=16 (binding)", stress, 16,
+                CostModel(paper_cost(16).b, 0.02), len(stress), args.cap)
+
+    # -- EVICT-shaped pools -------------------------------------------------------------
+    print(f"\nEVICT-shaped pools: top-8 expansion, depth 4, 48x128 top-8 routes, overlap 0.6; "
+          f"today's search on the first {args.today}, stopped at {args.cap:g} s")
+    evict = [paper_shaped_pool(rng, 200, depth=4, expand=8) for _ in range(args.pools)]
+    for name, make in (("offload (App. B with cache)", paper_cost),
+                       ("resident (b_j = 142 + 0.5 j, beta 0.02)", resident_cost)):
+        for K in (8, 16, 32):
+            compare(f"200 candidates (n={evict[0].n}), K={K}, {name}", evict, K, make(K),
+                    args.today, args.cap)
+    small = [paper_shaped_pool(rng, 64, depth=4, expand=8) for _ in range(args.pools)]
+    compare(f"64 candidates (n={small[0].n}), K=32, resident (b_j = 142 + 0.5 j, beta 0.02)",
+            small, 32, resident_cost(32), args.today, args.cap)
 
     # -- closure ------------------------------------------------------------------------
+    print()
     for nodes, depth, count in ((200, 12, 10), (1000, 20, 4 if args.quick else 10)):
         arrays = [random_pool_arrays(rng, nodes=nodes, depth=depth) for _ in range(count)]
         big = [Pool.from_routes(*a) for a in arrays]
         cost = affine_approximation(paper_cost(7), max(p.n for p in big))
         t_cut, t_ratio, t_bps, n_bps = [], [], [], []
         for pool in big:
-            dt, (sel, _) = timed(lambda p: largest_ratio(p, cost, breakpoints=False), fresh(pool))
+            dt, (sel, _) = timed(largest_ratio, fresh(pool), cost, breakpoints=False)
             t_ratio.append(dt)
             dt, _ = timed(max_closure, fresh(pool), sel.ratio, cost)
             t_cut.append(dt)
@@ -187,7 +299,8 @@ def main(argv=None) -> int:
         print(f"largest_ratio (ratio only), {nodes} nodes:     {stats(t_ratio)}")
         print(f"largest_ratio + all breakpoints, {nodes} nodes: {stats(t_bps)}  "
               f"mean breakpoints {np.mean(n_bps):.1f} (mean n {n_real})")
-    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "")
+    if hasattr(os, "getloadavg"):
+        print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     return 0
 
 

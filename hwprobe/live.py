@@ -26,6 +26,9 @@ as the replay engine (:mod:`simmoe.replay.engine`) walks a recorded trace:
 After every request its output is checked against plain greedy decoding
 (run with :func:`cache_bypass`, untimed): greedy verification is lossless,
 so any difference is a bug (:class:`LosslessCheckFailed`, exit status 3).
+At ``temperature > 0`` the verdicts are sampled (:mod:`hwprobe.sampling`:
+EVICT §2.1 Eq. 3 with position-keyed uniforms) and the check is against
+plain sampled decoding with the same uniforms, again an equality.
 
 Cost per cycle: depth drafter calls, two target forwards (atlas and
 verification), one selector call.
@@ -104,6 +107,11 @@ class LiveCycle:
     hits: list[int]                 # per layer
     copies: list[int]               # per layer
     level_ms: list[float] = field(default_factory=list)   # every drafted level of the full pool
+    # --prefetch draft (hwprobe.prefetch): the copies' block, included in draft_ms, and its counts
+    prefetch_ms: float = 0.0
+    prefetched: int = 0
+    useful: int = 0
+    wasted: int = 0
 
     @property
     def cycle_ms(self) -> float:
@@ -111,6 +119,9 @@ class LiveCycle:
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
+        if not (self.prefetch_ms or self.prefetched or self.useful or self.wasted):
+            for k in ("prefetch_ms", "prefetched", "useful", "wasted"):
+                del d[k]
         d["type"] = "cycle"
         d["cycle_ms"] = self.cycle_ms
         d["forward_tokens"] = 1 + len(self.selected)
@@ -155,6 +166,9 @@ class LiveSettings:
     max_new_tokens: int = 64
     max_total_tokens: int | None = None
     options: dict = field(default_factory=dict)
+    temperature: float = 0.0       # > 0: sampled verification (hwprobe.sampling), uniforms of sampling_seed
+    sampling_seed: int = 0
+    prefetch: str = "none"         # "draft": copy predicted experts before verification (hwprobe.prefetch)
 
 
 def make_live_selector(settings: LiveSettings, profile):
@@ -232,21 +246,23 @@ def warm_up(model, drafter, prompt_ids: list[int], spec: PoolSpec, rounds: int =
         build_pool(drafter, list(prompt_ids), spec)
 
 
-def _grow_timed(drafter, context, spec: PoolSpec, sync, now) -> tuple[Pool, list[float]]:
-    """The full pool, and each level's drafting time on the clock ``now`` (ms)."""
+def _grow_timed(drafter, context, spec: PoolSpec, sync, now, stamps=None) -> tuple[Pool, list[float]]:
+    """The full pool, and each level's drafting time on the clock ``now`` (ms); ``stamps()`` marks each level."""
     pool, level_ms = Pool(), []
     t = now()
     for pool in grow_pool(drafter, context, spec, sync):
         t1 = now()
         level_ms.append((t1 - t) * 1e3)
         t = t1
+        if stamps is not None:
+            stamps()
     return pool, level_ms
 
 
 def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, index: int, request_id: str,
                  dataset: str, row0: int, settings: LiveSettings, spec: PoolSpec, num_experts: int,
                  route_dtype, predictor, eos=None, check: bool = True, progress=None,
-                 clock: str = "auto") -> LiveRequest:
+                 clock: str = "auto", timeline=None) -> LiveRequest:
     """Decode one request speculatively, measuring every cycle (module docstring) with ``clock`` (:func:`pick_clock`)."""
     device = next(model.parameters()).device
     sync = (lambda: synchronize(device))
@@ -258,6 +274,14 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
             raise HwprobeError(f"request {request_id}: prompt of {len(prompt_ids)} tokens leaves no room "
                                f"under the {settings.max_total_tokens}-token limit")
     _, perf = pick_clock(clock, device)
+    from hwprobe.sampling import key_of, sample_token, sampled_verdict
+
+    sampled, key = settings.temperature > 0, key_of(request_id)
+
+    def verdict(p, logits, t):
+        if sampled:
+            return sampled_verdict(p, logits, settings.temperature, settings.sampling_seed, key, t)
+        return greedy_verdict(p, logits)
     cycles: list[LiveCycle] = []
     copy_ms: list[float] = []
     drafter.start(list(prompt_ids))
@@ -268,10 +292,13 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
         cache, out, root = prefill(model, list(prompt_ids), hidden_states=feats)
         sync()
         prefill_ms = (perf() - t0) * 1e3
+        if sampled:                                         # output position 0, drawn at the temperature
+            root = sample_token(out.logits[0, -1], settings.temperature, settings.sampling_seed, key, 0)
         pr = rec.pop()
         prefill_union = int(sum(len(np.unique(pr[:, l])) for l in range(pr.shape[1])))
         snap = backend.collect()
         pre_hits, pre_copies = list(snap.hits), list(snap.copies)
+        carry = [sum(snap.useful), sum(snap.wasted)]      # prefetches the prefill used or dropped: first cycle's
         copy_ms += snap.copy_ms[:500]
         if feats:
             drafter.observe(list(prompt_ids), out)
@@ -282,35 +309,58 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
         while t < n_limit:
             context = list(prompt_ids) + tokens
             n = cache_length(cache)
+            tl = timeline
+            marks = [tl.now()] if tl is not None else None
             if selector.drafts:
-                pool, level_ms = _grow_timed(drafter, context, spec, sync, perf)
+                pool, level_ms = _grow_timed(drafter, context, spec, sync, perf,
+                                             (lambda m=marks, w=tl: m.append(w.now())) if tl is not None else None)
                 with cache_bypass(model):                   # the atlas: untimed, cache untouched
                     atlas = tree_forward(model, cache, root, pool)
                 crop_cache(cache, n)
                 routes = rec.pop()
-                full = greedy_verdict(pool, atlas.logits[0])
+                full = verdict(pool, atlas.logits[0], t)
                 view = _view(pool, routes, full.agree, row0 + t, num_experts, route_dtype, predictor)
                 t1 = perf()
+                w1 = tl.now() if tl is not None else 0.0
                 choice = selector.select(view)
                 select_ms = (perf() - t1) * 1e3
+                if tl is not None:
+                    tl.add("host", "select", "select", w1, tl.now())
                 nodes = sorted(int(j) for j in np.asarray(choice.nodes).tolist())
                 drafted = int(choice.drafted_levels)
                 sub = pool.subset(nodes)
                 draft_ms = float(sum(level_ms[:drafted]))
                 pool_size, pool_levels = len(pool), (max(pool.level) if len(pool) else 0)
+                if tl is not None:
+                    for d in range(drafted):
+                        tl.add("compute", f"draft level {d + 1}", "draft", marks[d], marks[d + 1], {"level": d + 1})
             else:
                 sub, nodes, drafted, draft_ms, select_ms, level_ms = Pool(), [], 0, 0.0, 0.0, []
                 pool_size = pool_levels = 0
-            backend.collect()
+            pf = {}
+            if settings.prefetch == "draft" and selector.drafts:     # hwprobe.prefetch: a block before verify
+                from hwprobe.prefetch import live_prefetch
+
+                pf = live_prefetch(backend, settings, view, drafted, sync, perf)
+                draft_ms += pf["prefetch_ms"]
+            if tl is not None:
+                tl.add_intervals(tl.intervals(backend))
+            pre = backend.collect()
             sync()
             t2 = perf()
+            w2 = tl.now() if tl is not None else 0.0
             o = tree_forward(model, cache, root, sub, hidden_states=feats)
             sync()
             verify_ms = (perf() - t2) * 1e3
             rec.pop()
+            grabbed = tl.intervals(backend) if tl is not None else None
             snap = backend.collect()
+            if tl is not None:
+                tl.add("target forward", "verify", "forward", w2, tl.now(), {"tokens": 1 + len(nodes)})
+                tl.add_intervals(grabbed)
+                w3 = tl.now()
             t3 = perf()
-            v = greedy_verdict(sub, o.logits[0])
+            v = verdict(sub, o.logits[0], t)
             rows = [0] + [1 + j for j in v.path]
             compact_cache(cache, n, rows)
             if feats:
@@ -319,6 +369,8 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
             tokens = tokens + new
             sync()
             commit_ms = (perf() - t3) * 1e3
+            if tl is not None:
+                tl.add("compute", "commit", "commit", w3, tl.now())
             if eos is not None and eos in tokens:
                 n_limit = min(n_limit, tokens.index(eos) + 1)
             acc = len(v.path)
@@ -330,20 +382,45 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
                 drafted_levels=drafted, selected=nodes, accepted=acc, committed=committed,
                 tokens=[int(x) for x in tokens[t:t + committed]], draft_ms=draft_ms, select_ms=select_ms,
                 verify_ms=verify_ms, commit_ms=commit_ms, hits=list(snap.hits), copies=list(snap.copies),
-                level_ms=level_ms))
+                level_ms=level_ms, prefetch_ms=float(pf.get("prefetch_ms", 0.0)),
+                prefetched=int(pf.get("prefetched", 0)), useful=int(sum(snap.useful)) + carry[0],
+                wasted=int(sum(pre.wasted) + sum(snap.wasted)) + carry[1]))
+            carry = [0, 0]
             t += committed
             root = tokens[t] if t < len(tokens) else v.next_root
             if progress is not None:
                 progress(committed)
     output = [int(x) for x in tokens[:n_limit]]
     ties = 0
-    if check:
+    if check and sampled:
+        sampled_check(model, list(prompt_ids), output, n_limit, eos, settings, key,
+                      what=f"request {request_id} (selector {settings.selector})")
+    elif check:
         ties = lossless_check(model, list(prompt_ids), output, n_limit, eos,
                               what=f"request {request_id} (selector {settings.selector})")
     return LiveRequest(index=index, request_id=str(request_id), dataset=dataset, prompt_len=len(prompt_ids),
                        output_len=n_limit, tokens=output, prefill_ms=prefill_ms, prefill_hits=pre_hits,
                        prefill_copies=pre_copies, prefill_union=prefill_union, cycles=cycles,
                        copy_ms=[float(x) for x in copy_ms], greedy_checked=bool(check), near_ties=ties)
+
+
+def sampled_check(model, prompt: list[int], output: list[int], n: int, eos, settings: LiveSettings, key: int, *,
+                  what: str) -> None:
+    """At temperature > 0: the output must equal plain sampled decoding with the same uniforms.
+
+    Every output position's token is the inverse-CDF draw of its own uniform
+    (:mod:`hwprobe.sampling`), speculated or not, so any difference is a bug
+    (or a draw within rounding of a CDF boundary between two kernels, as rare
+    as a uniform landing within ~1e-7 of one).
+    """
+    from hwprobe.sampling import sampled_generate
+
+    with cache_bypass(model):
+        plain = sampled_generate(model, list(prompt), n, settings.temperature, settings.sampling_seed, key, eos)
+    if plain != output[:len(plain)] or len(plain) != len(output):
+        at = next((i for i, (a, b) in enumerate(zip(plain, output)) if a != b), min(len(plain), len(output)))
+        raise LosslessCheckFailed(f"{what}: speculative output differs from sampled decoding with the same "
+                                  f"uniforms at output position {at}; please report")
 
 
 def tie_tolerance(dtype) -> float:

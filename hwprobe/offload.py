@@ -69,6 +69,10 @@ class LayerCounters:
     forwards: int = 0
     copy_intervals: list = field(default_factory=list)
     section_intervals: list = field(default_factory=list)
+    prefetches: int = 0            # prefetch copies (OffloadedExperts.prefetch)
+    useful: int = 0                # prefetched experts a forward used before they left the cache
+    wasted: int = 0                # prefetched experts evicted or dropped unused
+    prefetch_intervals: list = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +84,10 @@ class OffloadSnapshot:
     copy_ms: list[float]           # every copy, all layers
     layer_ms: list[float]          # per layer: expert section time summed over forwards
     timer: str                     # "cuda-events" or "wall-clock"
+    prefetches: list[int] = field(default_factory=list)   # per layer (docs/prefetch.md)
+    useful: list[int] = field(default_factory=list)
+    wasted: list[int] = field(default_factory=list)
+    prefetch_ms: list[float] = field(default_factory=list)  # every prefetch copy, all layers
 
     @property
     def total_copies(self) -> int:
@@ -316,6 +324,9 @@ class OffloadedExperts:
         self.expert_bytes = self.layout.numel * packed.element_size()
         self.counters = LayerCounters()
         self.bypass = False
+        self.staging = 0                      # prefetch staging buffers when there is no cache (enable_prefetch)
+        self.pf_unused: set[int] = set()      # prefetched experts no forward has used yet
+        self.staged: set[int] = set()         # without a cache: prefetched experts held until the next forward
         self.audit: list | None = None        # self-check: (copy j's start, compute of miss j - c done)
         self.dev: torch.Tensor | None = None
         if not resident:
@@ -324,12 +335,15 @@ class OffloadedExperts:
     # -- slot buffers --------------------------------------------------------------
     def _allocate(self, slots: int) -> None:
         cap = min(slots, self.num_experts) + self.max_inflight   # more slots than experts never help
+        if slots == 0:
+            cap += self.staging                                  # prefetches wait here for their forward
         self.dev = self.streams.alloc((cap, self.layout.numel), self.layout.dtype)
         self.dev_views = [self.layout.views(self.dev[b]) for b in range(cap)]   # built once, not per expert call
         self.slots = slots
         self.lru: OrderedDict[int, int] = OrderedDict()   # expert id -> buffer index, LRU first
         self.free = list(range(cap - 1, -1, -1))
         self.buf_done: list = [None] * cap                 # event: last compute reading the buffer
+        self.pf_unused, self.staged = set(), set()
 
     def set_slots(self, slots: int) -> None:
         """Resize the cache (drops its contents).  On out-of-memory the old size is kept and the error says so."""
@@ -353,21 +367,78 @@ class OffloadedExperts:
             return
         self.free.extend(self.lru.values())
         self.lru.clear()
+        self.counters.wasted += len(self.pf_unused)
+        self.pf_unused.clear()
+        self.staged.clear()
 
     def resident(self) -> list[int]:
         """Cached expert ids, least recently used first."""
         return [] if self.resident_mode else list(self.lru)
 
     def _truncate(self) -> None:
-        while len(self.lru) > self.slots:
-            _, buf = self.lru.popitem(last=False)
+        while len(self.lru) > self.slots + len(self.staged):   # staged prefetches are the most recent
+            e, buf = self.lru.popitem(last=False)
             self.free.append(buf)
+            self._evicted(e)
 
     def _take_buffer(self) -> int:
         if self.free:
             return self.free.pop()
-        _, buf = self.lru.popitem(last=False)   # LRU entry; its last reader is already enqueued
+        e, buf = self.lru.popitem(last=False)   # LRU entry; its last reader is already enqueued
+        self._evicted(e)
         return buf
+
+    def _evicted(self, e: int) -> None:
+        if e in self.pf_unused:
+            self.pf_unused.discard(e)
+            self.counters.wasted += 1
+
+    # -- prefetch (docs/prefetch.md) -----------------------------------------------
+    def enable_prefetch(self, staging: int) -> None:
+        """Without a cache (0 slots), keep ``staging`` extra buffers for prefetched experts (reallocates)."""
+        if self.resident_mode or staging == self.staging:
+            return
+        self.staging = int(staging)
+        self.set_slots(self.slots)
+
+    def prefetch(self, e: int) -> bool:
+        """Copy expert ``e`` into the cache ahead of the forward that will use it; False: not copied.
+
+        The rules of :mod:`simmoe.replay.prefetch`: it becomes the most
+        recently used expert, evicting the least recently used one when the
+        cache is full (never an unused prefetch); without a cache it waits in a
+        staging buffer until the next forward has passed.  Refused when it is
+        already on the device or when every slot (staging buffer) holds an
+        unused prefetch.
+        """
+        if self.resident_mode:
+            return False
+        self._truncate()
+        if e in self.lru:
+            return False
+        if (len(self.pf_unused) >= self.slots) if self.slots > 0 else (len(self.staged) >= self.staging):
+            return False
+        if self.slots > 0 and len(self.lru) >= self.slots:     # full: the least recently used non-prefetch leaves
+            victim = next(x for x in self.lru if x not in self.pf_unused)
+            self.free.append(self.lru.pop(victim))
+        buf = self._take_buffer()
+        _, iv = self.streams.copy(self.dev[buf], self.store[e], [self.buf_done[buf]], self.timer)
+        self.counters.prefetch_intervals.append(iv)
+        self.counters.prefetches += 1
+        self.lru[e] = buf
+        self.pf_unused.add(e)
+        if self.slots == 0:
+            self.staged.add(e)
+        return True
+
+    def _forward_done(self) -> None:
+        """Without a cache, the staged prefetches leave with the forward (unused ones are wasted)."""
+        for e in self.staged:
+            buf = self.lru.pop(e, None)
+            if buf is not None:
+                self.free.append(buf)
+            self._evicted(e)
+        self.staged.clear()
 
     # -- forward -------------------------------------------------------------------
     def _groups(self, top_k_index: torch.Tensor):
@@ -401,6 +472,11 @@ class OffloadedExperts:
         misses = [e for e in union if e not in self.lru]
         for e in hits:
             self.lru.move_to_end(e)
+        if self.pf_unused:                        # prefetched experts this forward uses
+            for e in hits:
+                if e in self.pf_unused:
+                    self.pf_unused.discard(e)
+                    self.counters.useful += 1
         out_tk = hidden_states.new_empty((T * k, hidden_states.shape[-1]))
         c = self.max_inflight
         computed: list = []                       # event after the computation of miss i
@@ -433,6 +509,8 @@ class OffloadedExperts:
             if i + c < len(misses):
                 pending.append(issue(i + c))
         result = self._combine(out_tk, hidden_states, top_k_weights, T, k)
+        if self.staged:
+            self._forward_done()
         self.timer.stop(section)
         self.counters.section_intervals.append(section)
         self.counters.copies += len(misses)
@@ -498,6 +576,33 @@ class OffloadBackend:
             layer.max_inflight = int(max_inflight)
             layer.set_slots(layer.slots)
 
+    def enable_prefetch(self, staging: int) -> None:
+        """Prefetching on: without a cache, ``staging`` extra buffers per layer hold prefetched experts."""
+        for layer in self.layers:
+            layer.enable_prefetch(staging)
+
+    def prefetch(self, pairs) -> int:
+        """Copy each (MoE layer index, expert) in order (:meth:`OffloadedExperts.prefetch`); how many were copied."""
+        return sum(1 for layer, e in pairs if self.layers[layer].prefetch(int(e)))
+
+    def available(self):
+        """bool [L, N] (numpy): the experts the next forward finds on the device, per MoE layer (cached or staged).
+
+        The cache is cut back to its slots first, as the next forward would.
+        """
+        import numpy as np
+
+        out = np.zeros((len(self.layers), self.layers[0].num_experts), dtype=bool)
+        for i, layer in enumerate(self.layers):
+            layer._truncate()
+            if layer.lru:
+                out[i, list(layer.lru)] = True
+        return out
+
+    def unused_prefetches(self) -> list[int]:
+        """Per MoE layer, prefetched experts no forward has used yet."""
+        return [len(layer.pf_unused) for layer in self.layers]
+
     def clear(self) -> float:
         """Empty every layer's cache; returns the time it took (ms), which App. B counts."""
         import time
@@ -516,6 +621,10 @@ class OffloadBackend:
             copy_ms=[iv.ms() for layer in self.layers for iv in layer.counters.copy_intervals],
             layer_ms=[sum(iv.ms() for iv in layer.counters.section_intervals) for layer in self.layers],
             timer=self.timer.kind,
+            prefetches=[layer.counters.prefetches for layer in self.layers],
+            useful=[layer.counters.useful for layer in self.layers],
+            wasted=[layer.counters.wasted for layer in self.layers],
+            prefetch_ms=[iv.ms() for layer in self.layers for iv in layer.counters.prefetch_intervals],
         )
         for layer in self.layers:
             layer.counters = LayerCounters()

@@ -6,8 +6,9 @@ position t the drafter grows the pool from prompt + output[:t+1] (root =
 output[t]), and one tree forward over root + the full pool gives every node's
 routes and whether the target's greedy prediction agrees with it.  Only the
 root's KV row is kept, so the recorded output is exactly the greedy
-autoregressive output.  Cost: one pool and one (1 + |pool|)-token forward per
-output token.
+autoregressive output (at ``temperature > 0``: the sampled output of
+:mod:`hwprobe.sampling`, whose per-node p_T and CDF are recorded too).
+Cost: one pool and one (1 + |pool|)-token forward per output token.
 
 Crash safety: each finished request is written atomically to
 ``<out>.parts/NNNNN.npz``; a rerun with the same arguments skips finished

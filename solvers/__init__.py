@@ -7,24 +7,26 @@ docs/solvers.md.
 * :class:`CostModel`, :class:`Selection`, :func:`evaluate` — R̂, F, T̂ (Eq. 3, 4).
 * :func:`select_exact` (Eq. 5 over A_K, tie rule of §3.3),
   :func:`select_max_linear` (argmax R̂ − λT̂ over A_K),
-  :func:`select_adaptive_depth` (Lemma 2).
+  :func:`select_marginal` (either, with some experts already in the forward),
+  :func:`select_adaptive_depth` (Lemma 2); at scale through the closure bounds
+  of :mod:`solvers.lagrangian`.
 * :func:`max_closure`, :func:`largest_ratio` — no size limit, by min cut (App. A.3).
 * :func:`dinkelbach` — λ* across cycle states (App. A.1).
 * :func:`clique_instance` — Proposition 2's reduction.
 """
 
-from solvers.errors import InvalidInput
-from solvers.pool import Pool
-from solvers.cost import CostModel, Selection, evaluate
-from solvers.exact import select_exact, select_max_linear
 from solvers.adaptive import select_adaptive_depth
-from solvers.closure import max_closure, largest_ratio, affine_approximation
-from solvers.dinkelbach import DinkelbachResult, dinkelbach, exact_oracle, closure_oracle
-from solvers.hardness import CliqueInstance, clique_instance, reaches_threshold, has_clique
+from solvers.closure import affine_approximation, largest_ratio, max_closure
+from solvers.cost import CostModel, Selection, evaluate
+from solvers.dinkelbach import DinkelbachResult, closure_oracle, dinkelbach, exact_oracle
+from solvers.errors import InvalidInput
+from solvers.exact import select_exact, select_marginal, select_max_linear
+from solvers.hardness import CliqueInstance, clique_instance, has_clique, reaches_threshold
+from solvers.pool import Pool
 
 __all__ = [
     "InvalidInput", "Pool", "CostModel", "Selection", "evaluate",
-    "select_exact", "select_max_linear", "select_adaptive_depth",
+    "select_exact", "select_max_linear", "select_marginal", "select_adaptive_depth",
     "max_closure", "largest_ratio", "affine_approximation",
     "DinkelbachResult", "dinkelbach", "exact_oracle", "closure_oracle",
     "CliqueInstance", "clique_instance", "reaches_threshold", "has_clique",

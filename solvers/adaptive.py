@@ -26,7 +26,7 @@ V≤1 … V≤m−2 only (all smaller than the pool).
 from __future__ import annotations
 
 from solvers.cost import CostModel, Selection, check_K
-from solvers.exact import _beats, _branch_and_bound, _canonical, prefix_view
+from solvers.exact import _beats, _canonical, _exact, prefix_view
 from solvers.pool import Pool
 
 __all__ = ["select_adaptive_depth"]
@@ -41,13 +41,13 @@ def select_adaptive_depth(pool: Pool, K: int, cost: CostModel) -> tuple[Selectio
     """
     K = check_K(pool, K, cost)
     if pool.n == 0:
-        return _branch_and_bound(pool, K, cost, None), 0
+        return _exact(pool, K, cost, None, None, None), 0
     levels = pool.levels
-    full = _branch_and_bound(pool, K, cost, None)
+    full = _exact(pool, K, cost, None, None, None)
     m = max((levels[v] for v in full.nodes), default=0)
     t0 = cost.b[0] + cost.beta * pool.root_count
     known: list | None = [1.0 / t0, 1.0, pool.root_count, ()]   # Ŝ_{d−1} (full ids), or None
-    prev_cut = None
+    prev_cut: list | None = None
     for d in range(1, m):
         cut = tuple(v for v in full.nodes if levels[v] <= d)    # S* ∩ V≤d
         union = 0
@@ -71,7 +71,7 @@ def select_adaptive_depth(pool: Pool, K: int, cost: CostModel) -> tuple[Selectio
 
 
 def _level_selection(pool: Pool, K: int, cost: CostModel, d: int, prev: list | None,
-                     cut: list) -> list:
+                     cut: list | None) -> list:
     """Ŝ_d as [ratio, R̂, F, nodes] with ids of ``pool``; the search starts from the better
     of ``prev`` (Ŝ_{d−1}) and ``cut`` (S* ∩ V≤d, cut to V≤d), both canonical and legal."""
     levels = pool.levels
@@ -96,6 +96,6 @@ def _level_selection(pool: Pool, K: int, cost: CostModel, d: int, prev: list | N
         nodes = best[3] if local is None else tuple(local[v] for v in best[3])
         t = cost.b[len(nodes)] + cost.beta * best[2]
         start = Selection(nodes, best[1], best[2], t, best[1] / t)
-    sel = _branch_and_bound(sub, min(K, sub.n), cost, None, start)
+    sel = _exact(sub, min(K, sub.n), cost, None, start, None)
     nodes = sel.nodes if local is None else tuple(ids[v] for v in sel.nodes)
     return [sel.ratio, sel.reward, sel.union, nodes]

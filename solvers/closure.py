@@ -59,10 +59,12 @@ def affine_parts(cost: CostModel) -> tuple[float, float]:
     a = b[1] - b[0] if len(b) > 1 else 0.0
     for j, bj in enumerate(b):
         if abs(bj - (b0 + a * j)) > 1e-9 * max(1.0, abs(bj)):
-            raise InvalidInput(f"the closure needs intercepts affine in |S| (Prop. 2): b[{j}] = {bj} "
+            raise InvalidInput(f"the closure needs intercepts affine in |S| (Prop. 2): "
+                               f"b[{j}] = {bj} "
                                f"is off the line b[0] + j·(b[1] − b[0]); see affine_approximation")
     if a < 0:
-        raise InvalidInput(f"the closure needs nondecreasing intercepts: slope b[1] − b[0] = {a} < 0")
+        raise InvalidInput(f"the closure needs nondecreasing intercepts: "
+                           f"slope b[1] − b[0] = {a} < 0")
     return b0, a
 
 
@@ -279,7 +281,8 @@ def _cut(net: ClosureNetwork, lam: float, free: np.ndarray, arc_node: np.ndarray
     pairs_v = 2 + f + np.arange(P, dtype=np.int32)
     tails = np.concatenate([np.zeros(f, np.int32), nodes_v, pairs_v, nodes_v[inside],
                             nodes_v[node_local]])
-    heads = np.concatenate([nodes_v, np.ones(f + P, np.int32), 2 + par_local[inside].astype(np.int32),
+    heads = np.concatenate([nodes_v, np.ones(f + P, np.int32),
+                            2 + par_local[inside].astype(np.int32),
                             pairs_v[pair_local]])
     caps = np.full(tails.size, _INF, dtype=np.int64)
     caps[:f] = np.rint(np.maximum(w, 0.0) * scale)

@@ -13,15 +13,17 @@ the ratio is R̂ / T̂.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
-__all__ = ["CostModel", "Selection", "evaluate", "check_K", "ratio_key", "linear_key"]
+__all__ = ["CostModel", "Selection", "evaluate", "check_K", "check_time_limit", "ratio_key",
+           "linear_key"]
 
 
 class CostModel:
@@ -67,13 +69,25 @@ class CostModel:
 
 @dataclass(frozen=True)
 class Selection:
-    """A verified subtree: ``nodes`` ascending, R̂ (``reward``), F (``union``), T̂, R̂/T̂."""
+    """A verified subtree: ``nodes`` ascending, R̂ (``reward``), F (``union``), T̂, R̂/T̂.
+
+    ``exact`` and ``upper_bound`` describe how it was selected (not compared by ``==``,
+    not copied by ``dataclasses.replace``): ``exact`` is False only when a time limit
+    stopped an exact search, which then returns its best subtree; ``upper_bound`` is
+    a proven upper bound on the optimum of the searched objective (the ratio for
+    Eq. 5, R̂ − λT̂ for the linear one): the selection's own value when exact, None
+    where nothing was searched (:func:`evaluate`, the closure without size limit).
+    """
 
     nodes: tuple[int, ...]
     reward: float
     union: int
     time: float
     ratio: float
+    # not dataclass fields (so not compared, and free to construct): class defaults that
+    # the exact searches override per instance (solvers.exact._selection)
+    exact: ClassVar[bool] = True
+    upper_bound: ClassVar[float | None] = None
 
     @property
     def size(self) -> int:
@@ -97,7 +111,21 @@ def check_K(pool: Pool, K, cost: CostModel) -> int:
     return min(K, pool.n)
 
 
-def make_selection(pool: Pool, nodes: tuple[int, ...], union_bits: int, cost: CostModel) -> Selection:
+def check_time_limit(time_limit) -> float | None:
+    """None, or a positive finite number of seconds (InvalidInput otherwise)."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float, np.integer,
+                                                                     np.floating)):
+        raise InvalidInput(f"time_limit must be a number of seconds, got {time_limit!r}")
+    x = float(time_limit)
+    if not math.isfinite(x) or x <= 0:
+        raise InvalidInput(f"time_limit = {time_limit!r}: must be finite and > 0 seconds")
+    return x
+
+
+def make_selection(pool: Pool, nodes: tuple[int, ...], union_bits: int,
+                   cost: CostModel) -> Selection:
     """Canonical numbers for an already-legal ascending ``nodes`` with its union bitmap."""
     r = 1.0
     probs = pool.probs
@@ -128,7 +156,8 @@ def evaluate(pool: Pool, nodes: Iterable[int], cost: CostModel) -> Selection:
         if i and ids[i - 1] == v:
             raise InvalidInput(f"node id {v} is listed twice")
     if len(ids) >= len(cost.b):
-        raise InvalidInput(f"{len(ids)} nodes need b[{len(ids)}] but b has {len(cost.b)} intercepts")
+        raise InvalidInput(f"{len(ids)} nodes need b[{len(ids)}] but b has {len(cost.b)} "
+                           f"intercepts")
     mask = 0
     for v in ids:
         mask |= 1 << v

@@ -21,8 +21,8 @@ h(λ_k)/T_floor.  Cost: iterations × (one oracle call per state).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from solvers.closure import max_closure
 from solvers.cost import CostModel, Selection, evaluate
@@ -53,7 +53,8 @@ def exact_oracle(state, lam: float) -> Selection:
 
 
 def closure_oracle(state, lam: float) -> Selection:
-    """argmax over all ancestor-closed sets (affine intercepts) for a ``(pool, K, cost)`` state; K ignored."""
+    """argmax over all ancestor-closed sets (affine intercepts) for a ``(pool, K, cost)`` state;
+    K ignored."""
     pool, _K, cost = state
     return max_closure(pool, lam, cost)
 

@@ -29,11 +29,17 @@ Three exact methods, all returning the unique winner of §3.3's tie rule:
   O(|A_K|·w); on SpecFit-shaped pools it evaluates about 7.5 subtrees per
   selection where enumeration evaluates about 290
   (``benchmarks/bench_solvers.py``).
-* :func:`select_exact` always uses the branch and bound: it was faster than
-  plain enumeration on every pool shape in the benchmark.
+* :func:`select_exact` runs that branch and bound for a small work budget
+  (``_FAST_WORK``: it finishes within it on SpecFit's pools) and otherwise
+  continues from its incumbent with the closure-bounded search of
+  :mod:`solvers.lagrangian`, which scales to pools of a few hundred nodes;
+  both are exact and return the same tie-rule winner.  ``time_limit`` stops the
+  second one (``Selection.exact`` False, ``upper_bound`` certified).
 
 :func:`branch_and_bound_linear` / :func:`select_max_linear` run the same
-search for max R̂ − λT̂ with λ fixed and the incumbent's value as the target.
+searches for max R̂ − λT̂ with λ fixed and the incumbent's value as the target.
+:func:`select_marginal` selects with some experts already paid for
+(batched decoding; :meth:`solvers.pool.Pool.with_free`).
 
 Floating point: the traversal adds nodes in increasing id order and sums R̂
 from 1.0 along the path, so each candidate's R̂, F and T̂ are exactly the
@@ -44,18 +50,30 @@ keeps a 1e-9 relative margin, so rounding in the bounds never loses a tie.
 
 from __future__ import annotations
 
+import sys
+import time
 from functools import lru_cache
 
-from solvers.cost import (CostModel, Selection, better_linear, better_ratio, check_K, evaluate,
-                          linear_value, make_selection)
+from solvers.cost import (
+    CostModel,
+    Selection,
+    better_linear,
+    better_ratio,
+    check_K,
+    check_time_limit,
+    evaluate,
+    linear_value,
+    make_selection,
+)
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
-
-__all__ = ["select_exact", "select_max_linear", "enumerate_ratio", "enumerate_linear",
+__all__ = ["select_exact", "select_max_linear", "select_marginal", "enumerate_ratio",
+           "enumerate_linear",
            "branch_and_bound_ratio", "branch_and_bound_linear", "search_view"]
 
 _REL_TOL = 1e-9
+_FAST_WORK = 64         # work units of today's branch and bound before the closure bounds
 
 
 class _SearchView:
@@ -175,6 +193,32 @@ def _prefix_incumbent(pool: Pool, K: int, cost: CostModel, lam: float | None) ->
     return Selection(nodes, r, f, t, r / t)
 
 
+def _first_incumbent(pool: Pool, K: int, cost: CostModel, lam: float | None,
+                     start: Selection | None, view: _SearchView) -> list:
+    """[score, R̂, F, nodes] to start from: the prefix start, or the better of the root-only
+    set and ``start`` (a legal set of at most K nodes with canonical numbers)."""
+    if start is None or not start.nodes:
+        return _prefix_start(pool, K, cost, lam, view)
+    # the search evaluates only non-empty sets: the root-only choice competes here
+    inc = _canonical(pool, (), 0, cost, lam)
+    score = start.ratio if lam is None else start.reward - lam * start.time
+    if _beats(score, start.reward, start.union, start.nodes, inc):
+        inc = [score, start.reward, start.union, start.nodes]
+    return inc
+
+
+def _selection(cost: CostModel, inc: list, exact: bool = True,
+               upper: float | None = None) -> Selection:
+    """The Selection of an incumbent [score, R̂, F, nodes]; ``upper`` defaults to its score."""
+    nodes, r, f = inc[3], inc[1], inc[2]
+    t = cost.b[len(nodes)] + cost.beta * f
+    sel = Selection(nodes, r, f, t, r / t)
+    object.__setattr__(sel, "upper_bound", inc[0] if upper is None else upper)
+    if not exact:
+        object.__setattr__(sel, "exact", False)
+    return sel
+
+
 def _branch_and_bound(pool: Pool, K: int, cost: CostModel, lam: float | None,
                       start: Selection | None = None) -> Selection:
     """The search of the module docstring.  ``lam`` None: Eq. 5; else max R̂ − λT̂.
@@ -186,23 +230,36 @@ def _branch_and_bound(pool: Pool, K: int, cost: CostModel, lam: float | None,
     R̂, F and T̂ are already the canonical numbers of :mod:`solvers.cost`: candidates
     are compared exactly, and a Selection is built once, for the winner.
     """
-    ratio_mode = lam is None
-    n = pool.n
     view = search_view(pool)
-    if start is None or not start.nodes:
+    inc = _first_incumbent(pool, K, cost, lam, start, view)
+    if K > 0 and pool.n > 0:
+        _search(pool, K, cost, lam, view, inc)
+    return _selection(cost, inc)
+
+
+def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Selection | None,
+           time_limit: float | None) -> Selection:
+    """What :func:`select_exact` (``lam`` None) and :func:`select_max_linear` run.
+
+    Today's branch and bound for at most ``_FAST_WORK`` work units (one per
+    search state, and (ids sorted)/32 per sorted bound; it finishes within them
+    on SpecFit-sized pools: at most 35 states on the benchmark's 18-node pools,
+    8.5 on average), then, from its incumbent, the closure-bounded search of
+    :mod:`solvers.lagrangian`.  Both are exact; the second scales.
+    """
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    view = search_view(pool)
+    if start is None:
         inc = _prefix_start(pool, K, cost, lam, view)
     else:
-        # the search evaluates only non-empty sets: the root-only choice competes here
-        inc = _canonical(pool, (), 0, cost, lam)
-        first = [start.ratio if ratio_mode else start.reward - lam * start.time,
-                 start.reward, start.union, start.nodes]
-        if _beats(first[0], first[1], first[2], first[3], inc):
-            inc = first
-    if K > 0 and n > 0:
-        _search(pool, K, cost, lam, view, inc)
-    nodes, r, f = inc[3], inc[1], inc[2]
-    t = cost.b[len(nodes)] + cost.beta * f
-    return Selection(nodes, r, f, t, r / t)
+        inc = _first_incumbent(pool, K, cost, lam, start, view)
+    if K > 0 and pool.n > 0:
+        try:
+            _search(pool, K, cost, lam, view, inc, _FAST_WORK)
+        except _OutOfBudget:
+            from solvers.lagrangian import run_from
+            return run_from(pool, K, cost, lam, inc, deadline)
+    return _selection(cost, inc)
 
 
 @lru_cache(maxsize=64)
@@ -211,9 +268,18 @@ def _smallest_intercepts(b: tuple[float, ...], K: int) -> tuple[float, ...]:
     return tuple(min(b[s + 1:K + 1]) for s in range(K))
 
 
+class _OutOfBudget(Exception):
+    """The search did more work than its budget (``_search``)."""
+
+
 def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _SearchView,
-            inc: list) -> None:
-    """Depth-first branch and bound from the incumbent ``inc`` (updated in place)."""
+            inc: list, budget: int = sys.maxsize) -> None:
+    """Depth-first branch and bound from the incumbent ``inc`` (updated in place).
+
+    ``budget``: raise :class:`_OutOfBudget` once the work (one unit per search state,
+    plus (ids sorted)/32 per sorted bound) exceeds it; ``inc`` then holds the best
+    set found so far.
+    """
     ratio_mode = lam is None
     n = pool.n
     probs, masks, parents = pool.probs, pool.masks, pool.parents
@@ -223,9 +289,10 @@ def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _Searc
     chosen: list[int] = []
     # the bound's data for the current λ (module docstring): a_v = p_v − λβc_v and, per
     # node, the sum and count of the positive a_v in its subtree
-    lam_now = inc[0] if ratio_mode else lam
+    lam_now: float = inc[0] if lam is None else lam
     lam_beta = lam_now * beta
     target = 0.0 if ratio_mode else inc[0]
+    work = 0
     a: list = []
     subpos: list = []
     subcnt: list = []
@@ -233,7 +300,7 @@ def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _Searc
 
     def rebuild():
         nonlocal a, subpos, subcnt, exact_gains
-        a = [p - lam_beta * c for p, c in zip(probs, credit)]
+        a = [p - lam_beta * c for p, c in zip(probs, credit, strict=False)]
         subpos = [x if x > 0.0 else 0.0 for x in a]
         subcnt = [1 if x > 0.0 else 0 for x in a]
         for v in range(n - 1, -1, -1):     # children after parents: one backward pass
@@ -245,9 +312,11 @@ def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _Searc
 
     def gain(j: int, s: int) -> float:
         # max over t = 1..K−s of (Σ of the t largest a_v over ids >= j) − λ·b[s+t]
+        nonlocal work
         key = j * (K + 1) + s
         g = exact_gains.get(key)
         if g is None:
+            work += (n - j) >> 5
             ranked = sorted(a[j:], reverse=True)
             acc, g = 0.0, -float("inf")
             for t in range(1, min(len(ranked), K - s) + 1):
@@ -267,7 +336,10 @@ def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _Searc
         # An extension X of S reaches the target only if
         #   R̂(S) − λβF(S) + Σ_{v∈X} a_v − λ·b[|S|+|X|] >= target,
         # bounded by ps − λ·bmin[|S|] (and by the sorted suffix when pc > K − |S|).
-        nonlocal lam_now, lam_beta, target
+        nonlocal lam_now, lam_beta, target, work
+        work += 1
+        if work > budget:
+            raise _OutOfBudget
         s1 = s + 1
         b1 = b[s1]
         room = K - s
@@ -407,21 +479,57 @@ def branch_and_bound_linear(pool: Pool, K: int, cost: CostModel, lam: float) -> 
     return _branch_and_bound(pool, K, cost, _check_lam(lam))
 
 
-def select_exact(pool: Pool, K: int, cost: CostModel, *, start=None) -> Selection:
+def select_exact(pool: Pool, K: int, cost: CostModel, *, start=None,
+                 time_limit: float | None = None) -> Selection:
     """Eq. 5: the subtree of A_K with the largest R̂/T̂, unique under §3.3's tie rule.
 
     ``start``: optional node ids of a legal subtree of this pool with at most K
     nodes, used as the first incumbent; it only speeds the search up.
+    ``time_limit`` (seconds, optional): where the search is stopped by it, the
+    result is its best subtree with ``exact=False`` and ``upper_bound`` a proven
+    upper bound on the optimal ratio; otherwise ``exact=True`` and
+    ``upper_bound`` is the ratio.  Small pools: today's branch and bound; large
+    ones: :mod:`solvers.lagrangian` (``_exact``).
     """
     K = check_K(pool, K, cost)
+    limit = None if time_limit is None else check_time_limit(time_limit)
     first = None
     if start is not None:
         first = evaluate(pool, start, cost)
         if len(first.nodes) > K:
             raise InvalidInput(f"start has {len(first.nodes)} nodes, more than K = {K}")
-    return _branch_and_bound(pool, K, cost, None, first)
+    return _exact(pool, K, cost, None, first, limit)
 
 
-def select_max_linear(pool: Pool, K: int, cost: CostModel, lam: float) -> Selection:
-    """argmax_{S∈A_K} R̂(S) − λT̂(S) (the throughput-optimal rule S* of §3.3 at λ = λ*)."""
-    return branch_and_bound_linear(pool, K, cost, lam)
+def select_max_linear(pool: Pool, K: int, cost: CostModel, lam: float, *,
+                      time_limit: float | None = None) -> Selection:
+    """argmax_{S∈A_K} R̂(S) − λT̂(S) (the throughput-optimal rule S* of §3.3 at λ = λ*).
+
+    Tie rule: value, larger R̂, smaller F, fewer nodes, smaller ids.
+    ``time_limit``: as in :func:`select_exact`; ``upper_bound`` bounds the value
+    R̂ − λT̂.
+    """
+    K = check_K(pool, K, cost)
+    lam_f = _check_lam(lam)
+    return _exact(pool, K, cost, lam_f, None, check_time_limit(time_limit))
+
+
+def select_marginal(pool: Pool, K: int, cost: CostModel, free, *, lam: float | None = None,
+                    start=None, time_limit: float | None = None) -> Selection:
+    """Eq. 5 (or, with ``lam``, argmax R̂ − λT̂) for one request of a batched forward.
+
+    ``free``: the (layer, expert) pairs the forward executes anyway — the other
+    requests' roots and selections — as a boolean array [L, N] or L per-layer
+    collections of expert ids (:meth:`Pool.with_free`).  They do not count in F:
+    T̂(S) = b_{|S|} + β·|(E(s) ∪ ⋃_{v∈S} E(v)) \\ free| summed over layers, and the
+    returned ``union`` is that marginal F.  The rule is otherwise the same: A_K,
+    §3.3's tie rule, ``start`` and ``time_limit`` as in :func:`select_exact`.  Node
+    ids are the pool's.  Cost: :meth:`Pool.with_free` (O(L·N + n)) plus one exact
+    selection.
+    """
+    marginal = pool.with_free(free) if isinstance(pool, Pool) else pool
+    if lam is None:
+        return select_exact(marginal, K, cost, start=start, time_limit=time_limit)
+    if start is not None:
+        raise InvalidInput("start is only used by the ratio selection (lam=None)")
+    return select_max_linear(marginal, K, cost, lam, time_limit=time_limit)

@@ -15,7 +15,7 @@ the OR and popcount of the search cheaper (measured in
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,9 +33,9 @@ def _as_int_array(name: str, value, ndim: int) -> np.ndarray:
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
                                  or np.issubdtype(arr.dtype, np.floating)):
         raise InvalidInput(f"{name} must be an integer array, got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise InvalidInput(f"{name} must hold integers")
+    if np.issubdtype(arr.dtype, np.floating) and not (np.all(np.isfinite(arr))
+                                                       and np.all(arr == np.round(arr))):
+        raise InvalidInput(f"{name} must hold integers")
     if arr.ndim != ndim:
         raise InvalidInput(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
     return arr.astype(np.int64, copy=False)
@@ -58,6 +58,53 @@ def _check_parents(par: np.ndarray) -> None:
                            f"use -1 for the root")
 
 
+def _read_only(arr):
+    if arr is None:
+        return None
+    arr = np.asarray(arr)
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
+
+
+def _free_bitmap(free, L: int, N: int) -> np.ndarray:
+    """``free`` (bool [L, N] or L per-layer collections of expert ids) as bool [L·N]."""
+    arr = None
+    try:
+        arr = np.asarray(free)
+    except (TypeError, ValueError):
+        arr = None           # ragged per-layer collections: handled below
+    if arr is not None and arr.dtype == bool:
+        if arr.shape != (L, N):
+            raise InvalidInput(f"free: a boolean bitmap must have shape ({L}, {N}) "
+                               f"(layers, experts), got {arr.shape}")
+        return arr.reshape(-1).copy()
+    try:
+        layers = list(free)
+    except TypeError:
+        raise InvalidInput("free must be a boolean array [L, N] or L collections of expert "
+                           f"ids, got {type(free).__name__}") from None
+    if len(layers) != L:
+        raise InvalidInput(f"free has {len(layers)} layers, the pool has {L}")
+    out = np.zeros(L * N, dtype=bool)
+    for layer, experts in enumerate(layers):
+        try:
+            ids = np.asarray(sorted(set(experts)), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidInput(f"free: layer {layer} must be a collection of expert ids, "
+                               f"got {experts!r}") from None
+        if ids.size == 0:
+            continue
+        if not np.all(ids == np.round(ids)):
+            raise InvalidInput(f"free: layer {layer} holds a non-integer expert id")
+        if ids.min() < 0 or ids.max() >= N:
+            bad = ids.min() if ids.min() < 0 else ids.max()
+            raise InvalidInput(f"free: layer {layer}: expert id {int(bad)} is outside [0, {N})")
+        out[layer * N + ids.astype(np.int64)] = True
+    return out
+
+
 class Pool:
     """An immutable candidate pool.  Build it with :meth:`Pool.from_routes`.
 
@@ -67,14 +114,20 @@ class Pool:
     ``num_layers``, ``num_experts``; ``root_count`` (distinct pairs the root
     routes to); ``masks`` (per-node bitmap of the pairs it adds to the root's);
     ``credits`` (per node, the pairs whose first holder in id order it is: the
-    lower bound of the branch and bound, ``solvers.exact``).
+    lower bound of the branch and bound, ``solvers.exact``); ``packed`` (the
+    masks as a read-only uint8 array [n, bytes], little-endian bits, or None);
+    ``pair_ids`` (flat id layer·N + expert of every mask bit) and
+    ``root_pairs`` (flat ids of the root's pairs), both read-only int64 arrays,
+    or None for a pool built without routes (then :meth:`with_free` is
+    unavailable).
     """
 
     __slots__ = ("n", "parents", "probs", "levels", "depth", "num_layers",
-                 "num_experts", "root_count", "masks", "ancestors", "credits", "_cache")
+                 "num_experts", "root_count", "masks", "ancestors", "credits", "packed",
+                 "pair_ids", "root_pairs", "_cache")
 
     def __init__(self, parents, probs, levels, num_layers, num_experts, root_count, masks,
-                 credits=None):
+                 credits=None, *, packed=None, pair_ids=None, root_pairs=None):
         # Internal constructor: inputs are already validated.
         self.n = len(parents)
         self.parents: tuple[int, ...] = parents
@@ -85,7 +138,7 @@ class Pool:
         self.num_experts = num_experts
         self.root_count = root_count
         self.masks: tuple[int, ...] = masks
-        anc = []
+        anc: list[int] = []
         for v, a in enumerate(parents):
             anc.append((1 << v) | (anc[a] if a >= 0 else 0))
         #: ancestors[v]: bitmask over node ids of v and all its ancestors
@@ -96,12 +149,15 @@ class Pool:
                 credits.append((m & ~seen).bit_count())
                 seen |= m
         self.credits: tuple[int, ...] = tuple(credits)
+        self.packed: np.ndarray | None = _read_only(packed)
+        self.pair_ids: np.ndarray | None = _read_only(pair_ids)
+        self.root_pairs: np.ndarray | None = _read_only(root_pairs)
         self._cache: dict = {}
 
     # -- construction -------------------------------------------------------------
     @classmethod
     def from_routes(cls, parents: Sequence[int], probs: Sequence[float], root_routes,
-                    node_routes, num_experts: int) -> "Pool":
+                    node_routes, num_experts: int) -> Pool:
         """Validate and build a pool.
 
         ``parents``: int sequence, -1 = root, ``parents[i] < i``.  ``probs``:
@@ -157,9 +213,12 @@ class Pool:
         in_root = np.zeros(L * N, dtype=bool)
         in_root[root_flat] = True
         root_count = int(np.count_nonzero(in_root))
+        root_pairs = np.flatnonzero(in_root)
         if n == 0:
             masks: tuple[int, ...] = ()
-            credits: list[int] = []
+            credits: list[int] | None = []
+            packed = np.zeros((0, 1), dtype=np.uint8)
+            used = np.zeros(0, dtype=np.int64)
         else:
             flat = (nodes + offset).reshape(n, -1)
             # renumber the pairs some node adds (not the root's) densely: short bitmaps
@@ -179,10 +238,10 @@ class Pool:
             masks = tuple([from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n)])
             credits = None      # computed from the masks by __init__ (n short int ops)
         return cls(tuple(plist), tuple(plain_p), tuple(levels), L, N, root_count, masks,
-                   credits)
+                   credits, packed=packed, pair_ids=used, root_pairs=root_pairs)
 
     # -- views ----------------------------------------------------------------------
-    def upto_level(self, d: int) -> tuple["Pool", tuple[int, ...]]:
+    def upto_level(self, d: int) -> tuple[Pool, tuple[int, ...]]:
         """V≤d (SpecFit §3.3, Lemma 2) as a pool, and the original ids of its nodes.
 
         Ids keep their relative order, so parents still precede children.  O(n).
@@ -202,14 +261,55 @@ class Pool:
             sub.num_layers, sub.num_experts = self.num_layers, self.num_experts
             sub.root_count, sub.masks = self.root_count, self.masks[:m]
             sub.ancestors, sub.credits = self.ancestors[:m], self.credits[:m]
+            sub.packed = None if self.packed is None else self.packed[:m]
+            sub.pair_ids, sub.root_pairs = self.pair_ids, self.root_pairs
             sub._cache = {}
             return sub, keep
         new_id = {v: i for i, v in enumerate(keep)}
         parents = tuple(-1 if self.parents[v] < 0 else new_id[self.parents[v]] for v in keep)
         sub = Pool(parents, tuple(self.probs[v] for v in keep),
                    tuple(self.levels[v] for v in keep), self.num_layers, self.num_experts,
-                   self.root_count, tuple(self.masks[v] for v in keep))
+                   self.root_count, tuple(self.masks[v] for v in keep),
+                   packed=None if self.packed is None else self.packed[list(keep)],
+                   pair_ids=self.pair_ids, root_pairs=self.root_pairs)
         return sub, keep
+
+    def with_free(self, free) -> Pool:
+        """The pool with the (layer, expert) pairs in ``free`` already paid for.
+
+        For batched decoding: ``free`` holds the experts the forward executes
+        anyway (the other requests' roots and selections).  They no longer count
+        in F: F_free(S) = |(E(s) ∪ ⋃_{v∈S} E(v)) \\ free| summed over layers, so
+        every exact selection over the returned pool selects by the marginal
+        union.  Node ids, probabilities and the tree are unchanged.
+
+        ``free``: a boolean array-like [L, N] (True = free), or a sequence of L
+        collections of expert ids (per-layer sets).  O(L·N + n) plus n short
+        bitmap operations.  Raises InvalidInput for a bad shape, an expert id
+        outside [0, N), or a pool built without routes.
+        """
+        if self.pair_ids is None or self.root_pairs is None:
+            raise InvalidInput("with_free needs a pool built by Pool.from_routes "
+                               "(this pool has no map from mask bits to (layer, expert) pairs)")
+        L, N = self.num_layers, self.num_experts
+        bitmap = _free_bitmap(free, L, N)
+        root_pairs = self.root_pairs[~bitmap[self.root_pairs]]
+        free_bits = bitmap[self.pair_ids]
+        if not free_bits.any():
+            keep_mask = None
+        else:
+            packed_free = np.packbits(free_bits, bitorder="little")
+            keep_mask = ~int.from_bytes(packed_free.tobytes(), "little")
+        if keep_mask is None:
+            masks = self.masks
+            packed = self.packed
+        else:
+            masks = tuple(m & keep_mask for m in self.masks)
+            packed = None
+            if self.packed is not None and self.packed.shape[1] == packed_free.size:
+                packed = self.packed & ~packed_free[None, :]
+        return Pool(self.parents, self.probs, self.levels, L, N, int(root_pairs.size), masks,
+                    packed=packed, pair_ids=self.pair_ids, root_pairs=root_pairs)
 
     def is_legal(self, nodes) -> bool:
         """Whether ``nodes`` (distinct ids) is ancestor-closed (the family of Eq. 2 without K)."""

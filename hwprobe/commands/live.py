@@ -28,6 +28,9 @@ def register(sub) -> None:
     p.add_argument("--coverage-rho", type=float, help="coverage selector: fraction of the top-K mass")
     add_prompt_args(p)
     p.add_argument("--K", type=int, default=7, help="verify budget K (default 7, as hwprobe record)")
+    from hwprobe.commands.record import add_sampling_args
+
+    add_sampling_args(p)
     p.add_argument("--out", required=True, help="live-run file to write (JSON lines)")
     p.add_argument("--clock", default="auto", choices=["auto", "wall", "cpu"],
                    help="what times the cycles: auto = the thread's CPU time on the CPU (other jobs on a shared "
@@ -38,6 +41,11 @@ def register(sub) -> None:
                    "cycles (default 1)")
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (default 1: steadier timings on a shared machine)")
+    p.add_argument("--prefetch", default="none", choices=["none", "draft"],
+                   help="draft: copy the predicted experts of the root and the drafted levels into the cache "
+                        "before verification (docs/prefetch.md); default none")
+    p.add_argument("--timeline", metavar="FILE",
+                   help="also write the measured timeline (Chrome trace-event JSON, as simmoe replay --timeline)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -45,10 +53,14 @@ def register(sub) -> None:
 def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
-
     from hwprobe.session import checked_output
 
     out = checked_output(args, "file")
+    if args.timeline is not None and Path(args.timeline).is_dir():
+        raise HwprobeError(f"--timeline {args.timeline}: is a folder, not a file")
+    from hwprobe.commands.record import check_sampling_args
+
+    check_sampling_args(args)
     if args.K < 1:
         raise HwprobeError("--K must be >= 1")
     if args.threads < 1:
@@ -96,8 +108,16 @@ def live(args, prompts, out: Path) -> str:
 
     from hwprobe.cli import HwprobeError
     from hwprobe.device import describe
-    from hwprobe.live import (LiveSettings, LiveWriter, LosslessCheckFailed, live_request, make_live_selector,
-                              pick_clock, tie_tolerance, warm_up)
+    from hwprobe.live import (
+        LiveSettings,
+        LiveWriter,
+        LosslessCheckFailed,
+        live_request,
+        make_live_selector,
+        pick_clock,
+        tie_tolerance,
+        warm_up,
+    )
     from hwprobe.measured_profile import profile_dict
     from hwprobe.models import moe_geometry, target_tokenizer
     from hwprobe.recorder import check_room
@@ -115,7 +135,8 @@ def live(args, prompts, out: Path) -> str:
     settings = LiveSettings(selector=args.selector, slots=args.slots, K=args.K,
                             route_accuracy=args.route_accuracy, seed=args.route_seed,
                             max_new_tokens=args.max_new_tokens, max_total_tokens=args.max_total_tokens,
-                            options=options)
+                            options=options, temperature=float(args.temperature),
+                            sampling_seed=int(args.sampling_seed), prefetch=args.prefetch)
     selector = make_live_selector(settings, profile)
     try:
         from simmoe.replay.route_prediction import check_accuracy
@@ -130,6 +151,13 @@ def live(args, prompts, out: Path) -> str:
     with oom_is_user_error():
         s = build(args, plan=plan)
     model = s.model
+    if args.prefetch != "none":     # without a cache, c staging buffers per layer hold the prefetches
+        s.backend.enable_prefetch(args.inflight)
+    timeline = None
+    if args.timeline is not None:
+        from hwprobe.prefetch import LiveTimeline
+
+        timeline = LiveTimeline(s.device)
     geometry = moe_geometry(model, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
     N = geometry.num_experts
     predictor = RoutePredictor(N, *predictor_args)
@@ -144,6 +172,7 @@ def live(args, prompts, out: Path) -> str:
         "question_ids": [p.question_id for p in prompts],
         "selector": args.selector, "slots": args.slots, "inflight": args.inflight, "K": args.K,
         "route_accuracy": args.route_accuracy, "route_seed": args.route_seed, "options": options,
+        "temperature": float(args.temperature), "sampling_seed": int(args.sampling_seed),
         "max_new_tokens": args.max_new_tokens, "max_total_tokens": args.max_total_tokens,
         "pool": s.spec.__dict__, "geometry": geometry.to_dict(), "device": dev,
         "dtype": str(model.dtype).replace("torch.", ""), "attn": plan.attn,
@@ -151,9 +180,10 @@ def live(args, prompts, out: Path) -> str:
         "timer": s.backend.timer.kind, "clock": pick_clock(args.clock, s.device)[0],
         "threads": __import__("torch").get_num_threads(), "repeats": args.repeats,
         "combine": "minimum over passes" if args.repeats > 1 else "single pass",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "hwprobe " + shlex.join(getattr(args, "argv", [])),
         "selection_profile": profile_dict(profile) if profile is not None else None,
+        **({"prefetch": args.prefetch} if args.prefetch != "none" else {}),
     }
     writer = LiveWriter(out, meta)
     with oom_is_user_error():                  # the warm-up is the first forward: out of memory shows here first
@@ -174,7 +204,8 @@ def live(args, prompts, out: Path) -> str:
                                        settings=settings, spec=s.spec, num_experts=N,
                                        route_dtype=geometry.route_dtype, predictor=predictor, eos=eos,
                                        progress=bar.advance, clock=args.clock,
-                                       check=p == 0)   # later passes must repeat the first's cycles exactly
+                                       check=p == 0,   # later passes must repeat the first's cycles exactly
+                                       timeline=timeline if p == 0 else None)
                 row0 += req.output_len
                 done.append(req)
                 if p == 0:
@@ -187,6 +218,10 @@ def live(args, prompts, out: Path) -> str:
                     raise LosslessCheckFailed(f"{exc}; please report") from None
     ties = sum(int(r.get("near_ties", 0)) for r in writer.records if r.get("type") == "request")
     run = LiveRun.from_records(meta, writer.records, path=str(out))
+    if timeline is not None:
+        timeline.write(args.timeline, f"live {args.selector} ({args.slots} slots, prefetch {args.prefetch})",
+                       {"model": s.loaded.name, "device": dev, "selector": args.selector, "slots": args.slots,
+                        "prefetch": args.prefetch})
     measured = _measured_profile(run, s)
     writer.finish({"measured_profile": measured})
     sm = run.summary()
@@ -194,7 +229,8 @@ def live(args, prompts, out: Path) -> str:
             f"{sm['output_tokens'] / max(sm['cycles'], 1):.2f} tokens/cycle, decode {sm['decode_tps']:.1f} tok/s, "
             f"{sm['h2d_per_token']:.2f} copies/token, median cycle "
             f"{float(np.median(run.cycles['cycle_ms'])) if sm['cycles'] else 0:.2f} ms"
-            f"{f' (minimum of {args.repeats} passes)' if args.repeats > 1 else ''}; greedy check passed"
+            f"{f' (minimum of {args.repeats} passes)' if args.repeats > 1 else ''}; "
+            f"{'sampled' if args.temperature > 0 else 'greedy'} check passed"
             f"{f' ({ties} near-tie positions within the tie tolerance)' if ties else ''}; "
             f"weights: {s.loaded.weights}")
 

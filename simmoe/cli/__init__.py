@@ -20,6 +20,7 @@ COMMANDS = [
     "replay",
     "sweep",
     "synth",
+    "models",
     "inspect",
     "import_routes",
     "bound",

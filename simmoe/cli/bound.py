@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from simmoe.replay.engine import DEFAULT_PROFILE
 from simmoe.errors import SimmoeError
+from simmoe.replay.engine import DEFAULT_PROFILE
 
 DEFAULT_SLOTS = 48
 

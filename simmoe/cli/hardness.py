@@ -60,7 +60,13 @@ def _validate(args) -> None:
 
 def run(args) -> int:
     from simmoe.theory.hardness import (
-        decide, instance_record, instance_seeds, random_graph, selected_is_clique, subtree_count)
+        decide,
+        instance_record,
+        instance_seeds,
+        random_graph,
+        selected_is_clique,
+        subtree_count,
+    )
 
     _validate(args)
     decide(random_graph(3, 1.0, 0), 2)  # warm-up, so the first instance's times are not first-call costs

@@ -24,6 +24,7 @@ COLUMNS = {
     "speedup": ("speedup", "{:.2f}x", "decode tok/s over AR without a cache on the same trace and profile"),
     "committed": ("committed\n/cycle", "{:.2f}",
                   "tokens committed per verification cycle (accepted drafts + 1)"),
+    "mat": ("Mat", "{:.2f}", "mean accepted tokens per cycle (accepted drafts + 1, uncapped; EVICT Table 2)"),
     "draft_nodes": ("draft\nnodes", "{:.2f}", "draft tokens verified per cycle (the selected subtree)"),
     "ms_per_cycle": ("ms/\ncycle", "{:.1f}", "time of one cycle: drafting + selection + target forward"),
     "h2d_per_token": ("H2D/\ntoken", "{:.1f}",
@@ -35,10 +36,13 @@ COLUMNS = {
     "drafted_levels": ("drafted\nlevels", "{:.2f}", "tree levels drafted per cycle"),
     "selector_ms": ("selector\nms", "{:.3f}", "selector time charged per cycle"),
     "request_tps": ("request\ntok/s", "{:.2f}", "output tokens per second including prefill"),
+    "latency_p50_ms": ("latency\np50 ms", "{:,.0f}", "--batch: median request latency, admission to last token"),
+    "latency_p99_ms": ("latency\np99 ms", "{:,.0f}", "--batch: 99th percentile of the request latency"),
 }
+COLUMNS.update(__import__("simmoe.cli.replay_prefetch", fromlist=["COLUMNS"]).COLUMNS)  # --prefetch
 DEFAULT_COLUMNS = ("decode_tps", "speedup", "committed", "draft_nodes", "ms_per_cycle",
                    "h2d_per_token", "hit_rate")
-WIDE_COLUMNS = DEFAULT_COLUMNS + ("cycles", "stopped_early_pct", "drafted_levels", "selector_ms")
+WIDE_COLUMNS = DEFAULT_COLUMNS + ("mat", "cycles", "stopped_early_pct", "drafted_levels", "selector_ms")
 NO_DRAFTER = ("draft_nodes", "drafted_levels", "selector_ms", "stopped_early_pct")  # "–" for AR
 
 
@@ -77,10 +81,10 @@ def _selector_time_help() -> str:
 
 
 def register(sub) -> None:
+    import argparse
+
     from simmoe.replay.engine import CACHE_POLICIES, DEFAULT_PROFILE, TIMING_MODELS
     from simmoe.replay.selectors import DEFAULT_SELECTORS, SELECTORS
-
-    import argparse
 
     p = sub.add_parser(
         "replay",
@@ -111,9 +115,21 @@ def register(sub) -> None:
                         "selecting thread's CPU time (not inflated by other processes)")
     p.add_argument("--timing", default="event", choices=TIMING_MODELS,
                    help="forward timing model (default event)")
-    p.add_argument("--seed", type=int, default=0, help="seed of route prediction and timing draws")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of route prediction, timing and (at --temperature > 0) the target's draws")
+    p.add_argument("--temperature", default="0", metavar="T",
+                   help="0 (default): greedy verification; T > 0: sampled verification (EVICT §2.1 Eq. 3), "
+                        "which needs a trace with target distributions at T (hwprobe record / simmoe synth "
+                        "--temperature T); adds the Mat column")
     p.add_argument("--requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests")
+    p.add_argument("--batch", type=int, default=1, metavar="B",
+                   help="decode B requests at once with continuous batching (1 to the number of requests; "
+                        "default 1): one forward per step over the batch's tokens and expert union; "
+                        "throughput is aggregate, latency percentiles per request (docs/replay.md)")
+    from simmoe.cli.replay_prefetch import add_arguments as add_prefetch_arguments
+
+    add_prefetch_arguments(p)  # --prefetch, --timeline
     p.add_argument("--ddd-threshold", type=float, default=0.3,
                    help="ddd: stop drafting when a level's path-probability mass is below this")
     p.add_argument("--coverage-rho", type=float, default=0.7,
@@ -134,36 +150,56 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import os
+    from functools import partial
 
     from simmoe.hardware.profile import load_profile
+    from simmoe.replay.batch import check_batch, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, ar_baseline, check_profile_geometry, replay_all
     from simmoe.replay.selectors import parse_selectors
     from simmoe.trace.io import read_trace
+    from simmoe.trace.sampling import check_replay_temperature, check_temperature_value
 
     names = parse_selectors(args.selectors)
+    temperature = check_temperature_value(args.temperature)
     columns = parse_columns(args.columns, args.wide)
+    if temperature > 0 and args.columns is None and "mat" not in columns:
+        columns = columns[:columns.index("committed") + 1] + ("mat",) + columns[columns.index("committed") + 1:]
     fixed_ms = parse_selector_ms(args.selector_ms)
     base = ReplayConfig(selector=names[0], slots=args.slots, cache=args.cache,
                         hardware=args.hardware, route_accuracy=args.route_accuracy,
                         selector_ms=fixed_ms if fixed_ms != "model" else None,
                         selector_clock=args.selector_clock, timing=args.timing, seed=args.seed,
-                        requests=args.requests, options=_options(args)).validate()
+                        requests=args.requests, options=_options(args), temperature=temperature).validate()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
     check_outputs(args.json, args.csv, args.cycles)
+    check_batch(args.batch, args.batch)
     profile = load_profile(args.hardware)
     trace = read_trace(args.trace)
+    check_replay_temperature(trace, temperature, args.trace)
     check_profile_geometry(trace, profile, args.hardware)
     if base.requests is not None and base.requests > len(trace.requests):
         raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
                           f"request{'s' if len(trace.requests) != 1 else ''}")
+    batch = check_batch(args.batch, len(trace.requests) if base.requests is None else base.requests)
+    from simmoe.cli.replay_prefetch import setup as prefetch_setup
+
+    prefetch = prefetch_setup(args, names, base, profile, trace, batch)  # None: the replay as without it
+    if prefetch is not None:
+        replay_all = prefetch.replay_all
+        if args.columns is None and prefetch.policy != "none":
+            columns = columns + prefetch.columns
     to_stdout = "-" in (args.json, args.csv)
     console = _console(stderr=True)
     (console if to_stdout else _console(stderr=False)).print(provenance_text(trace, args.trace))
 
     configs = [ar_baseline(base)] + [selector_config(base, n, fixed_ms, profile) for n in names]
     R = len(trace.requests) if base.requests is None else base.requests
+    if batch > 1:  # --batch 1: the per-request engine, as before
+        replay_all = partial(replay_all_batched, batch=batch)
+        if args.columns is None:
+            columns = columns + ("latency_p50_ms", "latency_p99_ms")
     tokens = int(trace.requests.output_len[:R].sum())
     with _progress(console, disabled=args.no_progress) as progress:
         what = (f"replaying {len(names)} selector{'s' if len(names) != 1 else ''} "
@@ -187,12 +223,16 @@ def run(args) -> int:
         "provenance": trace.meta.get("provenance", {}), "config": base.to_dict(),
         "selector_time": _selector_time_text(fixed_ms, profile, base.selector_clock),
         "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
+        **({"batch": batch} if batch > 1 else {}),
     }
+    if prefetch is not None:
+        meta["prefetch"] = prefetch.policy
+        prefetch.finish(configs, out, meta)
     _write_outputs(args, meta, rows, out[1:], base, trace.is_synthetic)
     if not to_stdout:
         stdout = _console(stderr=False)
         table = results_table(rows, base, baseline, trace.is_synthetic, columns,
-                              _selector_time_text(fixed_ms, profile, base.selector_clock))
+                              _selector_time_text(fixed_ms, profile, base.selector_clock), batch=batch)
         widen_for(stdout, table)
         stdout.print(table)
         stdout.print(legend(columns), highlight=False)
@@ -264,7 +304,7 @@ def _write_outputs(args, meta, rows, results, base, synthetic: bool) -> None:
 
         df = pd.DataFrame(rows)
         df.insert(1, "synthetic", bool(synthetic))
-        for key in ("slots", "cache", "hardware", "route_accuracy", "timing"):
+        for key in ("slots", "cache", "hardware", "route_accuracy", "timing", "temperature"):
             df[key] = getattr(base, key)
         text = df.to_csv(index=False)
         if args.csv == "-":
@@ -401,7 +441,7 @@ def format_value(key: str, fmt: str, value) -> str:
 
 
 def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUMNS,
-                  selector_time: str = ""):
+                  selector_time: str = "", batch: int = 1):
     """The terminal table: one row per selector, the chosen ``columns`` (keys of COLUMNS)."""
     from rich import box
     from rich.table import Table
@@ -409,8 +449,11 @@ def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUM
     title = (f"{'SYNTHETIC trace: ' if synthetic else ''}{config.slots} slots/layer, "
              f"{config.cache if config.slots else 'no'} cache, {config.hardware}, "
              f"{config.timing} timing"
-             + (f", route accuracy {config.route_accuracy:g}" if config.route_accuracy < 1 else ""))
-    caption = (f"baseline, AR without cache: {baseline['decode_tps']:.2f} tok/s, "
+             + (f", temperature {config.temperature:g} (sampled, seed {config.seed})" if config.temperature > 0 else "")
+             + (f", route accuracy {config.route_accuracy:g}" if config.route_accuracy < 1 else "")
+             + (f", batch {batch} (continuous batching; tok/s aggregate)" if batch > 1 else ""))
+    caption = (f"baseline, AR without cache{f' at batch {batch}' if batch > 1 else ''}: "
+               f"{baseline['decode_tps']:.2f} tok/s, "
                f"{baseline['ms_per_cycle']:.1f} ms/cycle, {baseline['h2d_per_token']:.1f} H2D/token"
                + (f"\n{selector_time}" if selector_time else ""))
     table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left",

@@ -75,8 +75,16 @@ def run(args) -> int:
 
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.selectors import parse_selectors
-    from simmoe.sweep.grid import (Grid, cached_trace, check_output_path, config_key, read_table,
-                              row_keys, run_sweep, write_table)
+    from simmoe.sweep.grid import (
+        Grid,
+        cached_trace,
+        check_output_path,
+        config_key,
+        read_table,
+        row_keys,
+        run_sweep,
+        write_table,
+    )
 
     check_output_path(args.out)
     if args.address is not None and args.engine != "ray":

@@ -4,12 +4,18 @@
 [--json FILE]`` plus flags that override the main generative parameters;
 ``simmoe synth --calibration-report PATH`` regenerates the calibration
 report of the presets.  Every trace is labelled synthetic in its metadata.
+
+Stopped by SIGINT (Ctrl-C) the command says "interrupted" and exits 130; by
+SIGTERM it says "terminated" and exits 143 (128 + 15).  Either way the file
+being written is left as it was (its temp file is removed).
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 
 from simmoe.errors import SimmoeError
@@ -47,12 +53,20 @@ def register(sub) -> None:
         description="Generate a synthetic trace from a seeded generative model calibrated to "
         "published workload figures (docs/synthetic-traces.md). The output is labelled "
         "synthetic in its metadata. Presets: " + ", ".join(
-            f"{n} ({pr.params.num_requests} requests)" for n, pr in PRESETS.items()),
+            f"{n} ({pr.params.num_requests} requests)" for n, pr in PRESETS.items())
+        + ". Stopped by SIGINT it exits 130, by SIGTERM 143, leaving no partial file.",
     )
     p.add_argument("--preset", choices=list(PRESETS), help="calibrated preset")
     p.add_argument("--requests", type=int, default=None, metavar="N",
                    help="generate the first N requests (default: the preset's full size)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--model", metavar="NAME", default=None,
+                   help="generate routes with this catalogued model's geometry (simmoe models); routing "
+                        "parameters are carried over from the preset, and the provenance says so")
+    p.add_argument("--temperature", default="0", metavar="T",
+                   help="T > 0: add the target's distributions at temperature T per pool node (schema "
+                        "version 2; simmoe.synth.sampling), for `simmoe replay --temperature T`; the pools, "
+                        "text and greedy agreement are those of temperature 0 (default 0)")
     p.add_argument("--out", metavar="PATH", help="trace file to write (.parquet)")
     p.add_argument("--json", metavar="FILE",
                    help="write a JSON summary (provenance, sizes, workload statistics) "
@@ -84,38 +98,69 @@ def _progress(enabled: bool):
     return bar, update
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when the process gets SIGTERM (like KeyboardInterrupt for SIGINT)."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def run(args) -> int:
+    if threading.current_thread() is not threading.main_thread():
+        return _run(args)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _run(args)
+    except Terminated:
+        print("simmoe synth: terminated", file=sys.stderr)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
     from dataclasses import replace
 
-    from simmoe.synth import generate, preset
+    from simmoe.synth import PRESETS, generate, preset
     from simmoe.synth.stats import replay_eagle3
 
     if args.calibration_report:
         if args.out or args.preset:
             raise SimmoeError("--calibration-report regenerates both presets; "
                               "do not combine it with --preset/--out")
+        from simmoe.atomicio import check_writable
         from simmoe.synth.calibration import write_report
 
+        try:
+            check_writable(args.calibration_report)
+        except SimmoeError as exc:
+            raise SimmoeError(f"--calibration-report: {exc}") from None
         write_report(args.calibration_report, seed=args.seed,
                      log=lambda s: print(s, file=sys.stderr))
         print(f"wrote {args.calibration_report}")
         return 0
     if not args.preset:
-        raise SimmoeError("--preset is required (gsm8k or cnndm)")
+        raise SimmoeError("--preset is required (" + ", ".join(PRESETS) + ")")
     if not args.out and not args.json:
         raise SimmoeError("nothing to write: give --out PATH and/or --json FILE")
     if args.out and not str(args.out).endswith(".parquet"):
         raise SimmoeError(f"--out {args.out}: trace files end in .parquet")
-    if args.out:
-        from pathlib import Path
+    from simmoe.atomicio import check_writable
 
-        folder = Path(args.out).parent
-        if not folder.is_dir():
-            raise SimmoeError(f"--out {args.out}: the folder {folder} does not exist")
+    for flag, out in (("--out", args.out), ("--json", args.json)):
+        if out and out != "-":
+            try:
+                check_writable(out)
+            except SimmoeError as exc:
+                raise SimmoeError(f"{flag}: {exc}") from None
     if args.requests is not None and args.requests < 1:
         raise SimmoeError(f"--requests {args.requests}: must be at least 1")
     if args.seed < 0:
         raise SimmoeError(f"--seed {args.seed}: must be non-negative")
+    from simmoe.trace.sampling import check_temperature_value
+
+    temperature = check_temperature_value(args.temperature)
     pr = preset(args.preset)
     overrides = {f: getattr(args, f) for f, _, _ in OVERRIDES.values() if getattr(args, f) is not None}
     pool = {f: getattr(args, f"pool_{f}") for f, _ in POOL_FLAGS.values()
@@ -125,6 +170,10 @@ def run(args) -> int:
         params = params.with_(pool=replace(params.pool, **pool))
         overrides.update({f"pool.{k}": v for k, v in pool.items()})
     fitted_to = pr.fitted_to
+    if args.model:
+        from simmoe.hardware.catalogue import load_model, with_model
+
+        params, fitted_to = with_model(params, fitted_to, load_model(args.model), pr.name)
     if overrides:
         fitted_to += ("then modified by hand: " + ", ".join(
             f"{k}={v}" for k, v in sorted(overrides.items())),)
@@ -133,10 +182,10 @@ def run(args) -> int:
     if bar is not None:
         with bar:
             trace = generate(params, seed=args.seed, num_requests=args.requests,
-                             preset=pr.name, fitted_to=fitted_to, progress=update)
+                             preset=pr.name, fitted_to=fitted_to, progress=update, temperature=temperature)
     else:
         trace = generate(params, seed=args.seed, num_requests=args.requests,
-                         preset=pr.name, fitted_to=fitted_to)
+                         preset=pr.name, fitted_to=fitted_to, temperature=temperature)
     seconds = time.perf_counter() - t0
     if args.out:
         from simmoe.trace.io import write_trace
@@ -154,6 +203,7 @@ def run(args) -> int:
         "output_tokens": int(trace.requests.output_len.sum()),
         "eagle3_committed_per_cycle": round(eagle.committed_per_cycle, 4),
         "eagle3_cycles": int(len(eagle.cycles)),
+        "temperature": temperature,
         "generate_seconds": round(seconds, 2),
         "out": args.out,
     }

@@ -36,13 +36,19 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args) -> int:
+    from simmoe.atomicio import check_writable
     from simmoe.errors import SimmoeError
     from simmoe.hardware.profile import load_profile
     from simmoe.trace.io import read_trace
-    from simmoe.validation.live import (assert_exact, compare, fit_timing, format_table, profile_from_dict,
-                                   read_live_passes, selector_time)
-
-    from simmoe.atomicio import check_writable
+    from simmoe.validation.live import (
+        assert_exact,
+        compare,
+        fit_timing,
+        format_table,
+        profile_from_dict,
+        read_live_passes,
+        selector_time,
+    )
 
     outputs = (("--json", args.json), ("--cycles", args.cycles), ("--save-profile", args.save_profile))
     for flag, out in outputs:

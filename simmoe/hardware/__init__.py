@@ -9,7 +9,6 @@
 The profile API is importable from here as well.
 """
 
-from simmoe.hardware.profile import (PROFILE_DIR, HardwareProfile, list_profiles, load_profile,
-                                     save_profile)
+from simmoe.hardware.profile import PROFILE_DIR, HardwareProfile, list_profiles, load_profile, save_profile
 
 __all__ = ["PROFILE_DIR", "HardwareProfile", "list_profiles", "load_profile", "save_profile"]

@@ -73,6 +73,8 @@ class HardwareProfile:
     evict_cost: tuple[float, ...] = ()
     notes: str = ""
     path: str | None = field(default=None, compare=False)
+    # the physical cost model behind a profile named MODEL@GPU[...] (simmoe.hardware.physical); not in TOML
+    physical: Any = field(default=None, compare=False, repr=False)
 
     # -- derived ------------------------------------------------------------
     @property
@@ -98,7 +100,7 @@ class HardwareProfile:
             raise ProfileError(f"profile {self.name}: has no [{which}] coefficients")
         return CostModel(b, beta)
 
-    def replace(self, **changes) -> "HardwareProfile":
+    def replace(self, **changes) -> HardwareProfile:
         """A copy with ``changes`` applied and validated."""
         return validate(replace(self, **changes))
 
@@ -123,6 +125,12 @@ _LAYOUT: list[tuple[str | None, str, str]] = [
     ("evict", "cost_ms", "evict_cost"),
 ]
 _REQUIRED = {"name", "description", "source", "copy_ms", "forward_ms", "expert_ms"}
+# Plausible ranges: a value outside is a typo or a unit mix-up, and huge values overflow the replay.
+MAX_MS = 1e6                 # any time of one operation, in ms (1000 s)
+_UPPER = {"copy_cv": 10.0, "link_gbps": 1e5}   # cv of a copy's duration; GB/s
+MAX_COPIES_IN_FLIGHT = 1024
+MAX_EXPERT_BYTES = 2**40
+MAX_LAYERS = 10_000
 _TYPES = {f.name: f.type for f in fields(HardwareProfile)}
 
 
@@ -220,6 +228,16 @@ def validate(p: HardwareProfile, *, origin: str | None = None) -> HardwareProfil
         v = getattr(p, fname)
         if not math.isfinite(v) or v < 0:
             raise ProfileError(f"{who}: field {key!r} must be a finite number >= 0, got {v!r}")
+        hi = _UPPER.get(fname, MAX_MS)
+        if v > hi:
+            raise ProfileError(f"{who}: field {key!r} must be at most {hi:g}, got {v!r}")
+
+    def times(values, key, what="finite numbers > 0"):
+        if any(not math.isfinite(x) or x <= 0 for x in values):
+            raise ProfileError(f"{who}: field {key!r} must hold {what}")
+        if any(x > MAX_MS for x in values):
+            raise ProfileError(f"{who}: field {key!r} must hold times of at most {MAX_MS:g} ms, "
+                               f"got {max(values)!r}")
 
     if not p.name.strip():
         raise ProfileError(f"{who}: field 'name' must not be empty")
@@ -227,23 +245,28 @@ def validate(p: HardwareProfile, *, origin: str | None = None) -> HardwareProfil
         raise ProfileError(f"{who}: field 'source' must say where the numbers come from")
     if p.copies_in_flight < 1:
         raise ProfileError(f"{who}: field 'copy.copies_in_flight' must be >= 1, got {p.copies_in_flight}")
+    if p.copies_in_flight > MAX_COPIES_IN_FLIGHT:
+        raise ProfileError(f"{who}: field 'copy.copies_in_flight' must be at most {MAX_COPIES_IN_FLIGHT}, "
+                           f"got {p.copies_in_flight}")
     if p.expert_bytes < 0 or p.num_layers < 0:
         raise ProfileError(f"{who}: fields 'expert_bytes' and 'num_layers' must be >= 0")
+    if p.expert_bytes > MAX_EXPERT_BYTES:
+        raise ProfileError(f"{who}: field 'expert_bytes' must be at most {MAX_EXPERT_BYTES} (1 TiB), "
+                           f"got {p.expert_bytes}")
+    if p.num_layers > MAX_LAYERS:
+        raise ProfileError(f"{who}: field 'num_layers' must be at most {MAX_LAYERS}, got {p.num_layers}")
     for section, key, fname in _LAYOUT:
         if _TYPES[fname] == "float":
             nonneg(fname, _key(section, key))
-    if any(not math.isfinite(x) or x <= 0 for x in p.copy_samples_ms):
-        raise ProfileError(f"{who}: field 'copy.samples_ms' must hold finite numbers > 0")
+    times(p.copy_samples_ms, "copy.samples_ms")
     if p.resident and (p.copy_ms > 0 or p.copy_samples_ms):
         raise ProfileError(f"{who}: a resident profile copies nothing: 'copy.copy_ms' must be 0 and 'copy.samples_ms' empty")
     for cache, b, beta in (("cache", p.cost_b_cache, p.cost_beta_cache),
                            ("no_cache", p.cost_b_no_cache, p.cost_beta_no_cache)):
-        if b and any(not math.isfinite(x) or x <= 0 for x in b):
-            raise ProfileError(f"{who}: field 'cost_model.{cache}.b' must hold finite numbers > 0")
+        times(b, f"cost_model.{cache}.b")
         if beta and not b:
             raise ProfileError(f"{who}: field 'cost_model.{cache}.b' is missing (beta is given)")
-    if any(not math.isfinite(x) or x <= 0 for x in p.evict_cost):
-        raise ProfileError(f"{who}: field 'evict.cost_ms' must hold finite numbers > 0")
+    times(p.evict_cost, "evict.cost_ms")
     if p.link_ms_per_expert > 0 and not p.resident and p.copy_ms > 0:
         if p.effective_copy_ms < p.link_ms_per_expert * (1 - 1e-9):
             raise ProfileError(
@@ -263,12 +286,18 @@ def list_profiles() -> list[str]:
 def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
     """A shipped profile by name, or a ``.toml`` file by path.  ProfileError names what is wrong."""
     text = str(name_or_path)
+    if "@" in text and not text.endswith(".toml"):
+        from simmoe.hardware.physical import build_profile  # MODEL@GPU[:tpN][+LINK][~SETTING]
+
+        return build_profile(text)
     path = Path(text)
     if not (text.endswith(".toml") or os.sep in text or path.exists()):
         path = PROFILE_DIR / f"{text}.toml"
         if not path.exists():
             raise ProfileError(f"unknown hardware profile {text!r}; shipped: {', '.join(list_profiles())} "
                                "(or give a path to a .toml file)")
+    if path.is_dir():
+        raise ProfileError(f"{path}: is a folder, not a profile file")
     if not path.is_file():
         raise ProfileError(f"no such profile file: {path}")
     try:

@@ -42,7 +42,7 @@ O(L·N) partition over the layers when some layer overflows its slots.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

@@ -29,19 +29,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from simmoe.errors import CheckFailed, SimmoeError
 from simmoe.replay.route_prediction import RoutePredictor, check_accuracy
 from simmoe.replay.selectors import (
+    SELECTORS,
     PoolView,
     SelectorContext,
     accepted_length,
     make_selector,
-    SELECTORS,
 )
 
 CACHE_POLICIES = ("lru", "lfu", "belady", "static", "none")
@@ -71,13 +72,22 @@ class ReplayConfig:
     seed: int = 0
     requests: int | None = None
     options: tuple[tuple[str, float], ...] = ()
+    # 0: greedy verification; T > 0: sampled verification (simmoe.replay.sampling), its draws keyed by
+    # ``sampling_seed`` (None: ``seed``; hwprobe runs record theirs apart from the route seed)
+    temperature: float = 0.0
+    sampling_seed: int | None = None
+
+    @property
+    def draw_seed(self) -> int:
+        """The seed of the target's draws at temperature > 0."""
+        return int(self.seed if self.sampling_seed is None else self.sampling_seed)
 
     @property
     def cache_active(self) -> bool:
         """Whether an expert cache keeps experts between forwards."""
         return self.slots > 0 and self.cache != "none"
 
-    def validate(self) -> "ReplayConfig":
+    def validate(self) -> ReplayConfig:
         if self.selector not in SELECTORS:
             raise SimmoeError(f"unknown selector {self.selector!r}; known: {', '.join(SELECTORS)}")
         if isinstance(self.slots, bool) or int(self.slots) != self.slots or self.slots < 0:
@@ -94,6 +104,9 @@ class ReplayConfig:
             raise SimmoeError(f"selector time must be a non-negative number of ms, got {self.selector_ms!r}")
         if self.requests is not None and int(self.requests) < 1:
             raise SimmoeError(f"requests must be at least 1, got {self.requests!r}")
+        from simmoe.trace.sampling import check_temperature_value
+
+        check_temperature_value(self.temperature, "temperature")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,11 +168,12 @@ class Plan:
         return np.unpackbits(self.demand[c], count=L * N).view(bool).reshape(L, N)
 
 
-def _view(trace, row: int, predictor: RoutePredictor, num_experts: int) -> PoolView:
+def _view(trace, row: int, predictor: RoutePredictor, num_experts: int, agree=None) -> PoolView:
     s = trace.pool_slice(row)
     root_routes, node_routes = predictor.predict(row, trace.root_routes[row], trace.node_routes[s])
+    agree = trace.node_agree if agree is None else agree  # the verdicts (only the oracle looks)
     return PoolView(row=row, parents=trace.node_parent[s], levels=trace.node_level[s],
-                    p=trace.node_p[s], q=trace.node_q[s], agree=trace.node_agree[s],
+                    p=trace.node_p[s], q=trace.node_q[s], agree=agree[s],
                     root_routes=root_routes, node_routes=node_routes, num_experts=num_experts)
 
 
@@ -167,7 +181,12 @@ def selector_context(trace, profile, config: ReplayConfig) -> SelectorContext:
     """The selector's configuration: the trace's K, the profile's cost models (Eq. 4, EVICT C(k))."""
     cls = SELECTORS[config.selector]
     cost = profile.cost_model(config.cache_active) if cls.uses_cost else None
-    evict = tuple(profile.evict_cost) if cls.uses_evict_cost else ()
+    if cls.uses_evict_cost:  # a physical profile's C(k) is profiled on the trace (simmoe.replay.batch)
+        from simmoe.replay.batch import evict_table
+
+        evict = evict_table(trace, profile)
+    else:
+        evict = ()
     return SelectorContext(K=trace.pool_shape.K, cost=cost, evict_cost=evict,
                            options=dict(config.options))
 
@@ -194,6 +213,12 @@ def plan(trace, config: ReplayConfig, profile=None, *,
         raise SimmoeError("the trace has no requests")
     selector = make_selector(config.selector, selector_context(trace, profile, config))
     predictor = RoutePredictor(N, config.route_accuracy, config.seed)
+    # the verdicts: greedy agreement, or at T > 0 the target's draws (simmoe.replay.sampling)
+    from simmoe.replay.sampling import sampled_agree
+    from simmoe.trace.sampling import check_replay_temperature
+
+    check_replay_temperature(trace, config.temperature)
+    verdicts = sampled_agree(trace, float(config.temperature), config.draw_seed)
     starts = np.array([trace.request_positions(r)[0] for r in range(R)]
                       + [trace.request_positions(R - 1)[1]], dtype=np.int64)
     output_len = np.asarray(trace.requests.output_len[:R], dtype=np.int32)
@@ -205,7 +230,7 @@ def plan(trace, config: ReplayConfig, profile=None, *,
     t0 = time.perf_counter()
     if selector.needs_prepare:
         try:
-            selector.prepare(trace, R, lambda rows: [_view(trace, int(i), predictor, N) for i in rows])
+            selector.prepare(trace, R, lambda rows: [_view(trace, int(i), predictor, N, verdicts) for i in rows])
         except InvalidInput as exc:
             raise SimmoeError(f"selector {config.selector!r}: {exc}") from None
 
@@ -226,7 +251,7 @@ def plan(trace, config: ReplayConfig, profile=None, *,
 
     layer_offset = (np.arange(L, dtype=np.int64) * N)[:, None]      # [L, 1]
     node_ptr, node_level = trace.node_ptr, trace.node_level
-    node_parent, node_agree, node_routes = trace.node_parent, trace.node_agree, trace.node_routes
+    node_parent, node_agree, node_routes = trace.node_parent, verdicts, trace.node_routes
     root_routes = trace.root_routes
     perf, cpu = time.perf_counter, time.thread_time
     mask = np.zeros(L * N, dtype=bool)
@@ -238,7 +263,7 @@ def plan(trace, config: ReplayConfig, profile=None, *,
             i = start + t
             lo, hi = int(node_ptr[i]), int(node_ptr[i + 1])
             if selector.drafts:
-                view = _view(trace, i, predictor, N)
+                view = _view(trace, i, predictor, N, verdicts)
                 c1, t1 = cpu(), perf()
                 try:
                     choice = selector.select(view)
@@ -333,8 +358,8 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
     loads its expert union into the cache and is timed by the profile.
     O(forwards · (cache + timer)).
     """
-    from simmoe.replay.caches import make_cache
     from simmoe.hardware.profile import load_profile
+    from simmoe.replay.caches import make_cache
     from simmoe.replay.timing import CycleTimer
 
     config = config.validate()
@@ -383,7 +408,8 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
             pre_ms[r] = timer.prefill_ms(int(p.prompt_len[r]), h, m)
             continue
         hits[c], misses[c] = h.sum(), m.sum()
-        forward_ms[c] = timer.forward_ms(1 + int(p.draft_nodes[c]), h, m)
+        forward_ms[c] = timer.forward_ms(1 + int(p.draft_nodes[c]), h, m,
+                                         context=int(p.prompt_len[p.request[c]]) + int(p.position[c]))
         lv = int(p.drafted_levels[c])
         if lv not in draft_cost:
             draft_cost[lv] = float(timer.draft_ms(lv)) if lv > 0 else 0.0
@@ -425,7 +451,8 @@ def plan_key(config: ReplayConfig) -> tuple:
                 config.cache_active if cls.uses_cost else None)
     exact = config.route_accuracy >= 1.0  # exact routes do not depend on the seed
     route_key = (config.route_accuracy, None if exact else config.seed) if cls.drafts else None
-    return (config.selector, cost_key, route_key, config.requests, config.options)
+    sampling_key = (float(config.temperature), config.draw_seed) if config.temperature > 0 else None
+    return (config.selector, cost_key, route_key, config.requests, config.options, sampling_key)
 
 
 def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = None,
@@ -436,6 +463,10 @@ def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = No
         from simmoe.hardware.profile import load_profile
 
         profile = load_profile(config.hardware)
+    if SELECTORS[config.selector].uses_residency:  # selects from the cache state: no separate plan pass
+        from simmoe.replay.prefetch import replay_coupled
+
+        return replay_coupled(trace, config, profile, progress=progress)
     key = plan_key(config)
     p = plans.get(key) if plans is not None else None
     if p is None:
@@ -455,6 +486,12 @@ def check_profile_geometry(trace, profile, name: str) -> None:
     """
     want = int(getattr(profile, "num_layers", 0) or 0)
     have = int(trace.geometry.num_layers)
+    phys = getattr(profile, "physical", None)  # a physical profile knows its model's experts too
+    g = trace.geometry
+    if phys is not None and (phys.model.trace_experts, phys.model.trace_top_k) != (g.num_experts, g.top_k):
+        raise SimmoeError(f"profile {name} is {phys.model.name} ({phys.model.trace_experts} experts, "
+                          f"top-{phys.model.trace_top_k}) but the trace routes to {g.num_experts} experts, "
+                          f"top-{g.top_k}; name the trace's model in the profile (simmoe models)")
     if want and want != have:
         raise SimmoeError(f"profile {name} describes a {want}-layer model but the trace has {have} "
                           "layers; use a profile of this model (simmoe fit or hwprobe calibrate)")

@@ -9,7 +9,9 @@ prefill time t_i^pre,
 Draft nodes, committed tokens and ms per cycle are means over verification
 cycles (an AR cycle is one decode forward committing one token); H2D per
 token counts expert copies per output token *including prefill*; the hit
-rate is over every forward, prefill included.
+rate is over every forward, prefill included.  ``mat`` is EVICT's mean
+accepted tokens (Table 2): 1 + accepted draft tokens per cycle, not capped
+at the end of a request as ``committed`` is.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 # Column order of every table this module feeds (terminal, CSV, JSON, sweep).
 COUNTERS = (
-    "decode_tps", "request_tps", "draft_nodes", "committed", "cycles", "ms_per_cycle",
+    "decode_tps", "request_tps", "draft_nodes", "committed", "mat", "cycles", "ms_per_cycle",
     "h2d_per_token", "hit_rate", "stopped_early_pct", "drafted_levels",
     "selector_ms", "selector_ms_median", "output_tokens", "requests", "decode_s",
 )
@@ -45,6 +47,8 @@ def summarize(cycles: dict[str, np.ndarray], requests: dict[str, np.ndarray]) ->
         "request_tps": 1e3 * tokens / float(t_req.sum()) if t_req.sum() > 0 else float("nan"),
         "draft_nodes": mean(cycles["draft_nodes"]),
         "committed": mean(cycles["committed"]),
+        # EVICT's Mat: accepted draft tokens + 1 per cycle, not capped at the end of a request
+        "mat": 1.0 + mean(cycles["accepted"]),
         "cycles": ncyc,
         "ms_per_cycle": mean(cycles["cycle_ms"]),
         "h2d_per_token": misses / tokens if tokens else float("nan"),

@@ -31,8 +31,9 @@ Every exact search is delegated to :mod:`solvers`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -181,6 +182,7 @@ class Selector:
     drafts: ClassVar[bool] = True       # False only for AR: no drafter, no pool
     uses_cost: ClassVar[bool] = False   # decisions depend on the cost model (b, β)
     uses_evict_cost: ClassVar[bool] = False
+    uses_residency: ClassVar[bool] = False  # selects from the experts on the device (simmoe.replay.prefetch)
     needs_prepare: ClassVar[bool] = False
 
     def __init__(self, context: SelectorContext):
@@ -442,6 +444,11 @@ SELECTORS: dict[str, type[Selector]] = {
                               SpecFitFull, Optimal, Unconstrained, Oracle)
 }
 
+# the prefetch-aware SpecFit variant selects from the cache state (simmoe.replay.prefetch_selector)
+from simmoe.replay.prefetch_selector import SpecFitPrefetch  # noqa: E402
+
+SELECTORS[SpecFitPrefetch.name] = SpecFitPrefetch
+
 
 def selector_names() -> list[str]:
     return list(SELECTORS)
@@ -453,8 +460,8 @@ def parse_selectors(spec: str | Sequence[str] | None) -> list[str]:
         return list(DEFAULT_SELECTORS)
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     names = [n.strip() for n in names if n.strip()]
-    if names == ["all"]:
-        return selector_names()
+    if names == ["all"]:  # those that select from the cache state (specfit-prefetch) only by name
+        return [n for n in selector_names() if not SELECTORS[n].uses_residency]
     if not names:
         raise SimmoeError("no selector given")
     for n in names:

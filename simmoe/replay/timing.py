@@ -81,6 +81,8 @@ class CycleTimer:
         self.seed = seed
         self.cache = bool(cache)
         self.rng = np.random.default_rng(seed)
+        # a resident profile of the physical cost model times forwards with it (simmoe.hardware.physical)
+        self.physical = getattr(profile, "physical", None) if profile.resident else None
         p = profile
         self.c = int(p.copies_in_flight)
         self.e = float(p.expert_ms)
@@ -93,13 +95,26 @@ class CycleTimer:
             self._gamma = (1.0 / cv2, self.copy_mean * cv2)  # shape, scale: mean X̄, cv as given
 
     # -- public -------------------------------------------------------------
-    def forward_ms(self, n_tokens: int, hits: np.ndarray, misses: np.ndarray) -> float:
-        """Time of one target forward over ``n_tokens`` tokens with per-layer hit and miss counts."""
+    def forward_ms(self, n_tokens: int, hits: np.ndarray, misses: np.ndarray, context: int = 0,
+                   requests: int = 1) -> float:
+        """Time of one target forward over ``n_tokens`` tokens with per-layer hit and miss counts.
+
+        ``context`` (KV tokens read, summed over the forward's ``requests``) is used by
+        physical profiles only; the event model has no KV term.
+        """
+        if self.physical is not None:
+            union = np.asarray(hits, dtype=np.int64) + np.asarray(misses, dtype=np.int64)
+            return float(self.physical.forward_ms(n_tokens, union, context, n_tokens * context / max(requests, 1),
+                                                  requests))
         nonexpert = self.profile.forward_ms + self.profile.token_ms * max(int(n_tokens) - 1, 0)
         return self._forward(nonexpert, hits, misses)
 
     def prefill_ms(self, prompt_len: int, hits: np.ndarray, misses: np.ndarray) -> float:
         """Time of the prefill forward over ``prompt_len`` prompt tokens."""
+        if self.physical is not None:
+            n = max(int(prompt_len), 1)
+            union = np.asarray(hits, dtype=np.int64) + np.asarray(misses, dtype=np.int64)
+            return float(self.physical.forward_ms(n, union, n / 2, n * n / 2))
         nonexpert = self.profile.forward_ms + self.profile.prefill_token_ms * max(int(prompt_len), 0)
         return self._forward(nonexpert, hits, misses)
 
@@ -108,6 +123,8 @@ class CycleTimer:
         levels = int(levels)
         if levels <= 0:
             return 0.0
+        if self.physical is not None:
+            return self.physical.draft_ms(levels)
         return self.profile.draft_fixed_ms + self.profile.draft_level_ms * levels
 
     def commit_ms(self) -> float:

@@ -13,7 +13,8 @@ the output folder; ``<t>`` each trace's file stem):
 - ``OUT/tables/<t>-table5.csv`` — SpecFit's Table 5 on the replayed requests;
 - ``OUT/tables/check-slice.csv`` — the table part on the first
   ``check_requests`` requests of each trace, which a test recomputes;
-- ``OUT/figures/<t>-{tps,slots,link,routes,policy}.png``.
+- ``OUT/tables/<t>-prefetch.csv`` — the prefetch what-if (:mod:`simmoe.report.prefetch`);
+- ``OUT/figures/<t>-{tps,slots,link,routes,policy,prefetch}.png``.
 
 No other file in ``OUT`` is touched.  The output depends only on the
 traces, the profiles and the settings: selector time and seeds are fixed,
@@ -23,9 +24,9 @@ and no wall-clock number enters a table.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from simmoe import __version__
 from simmoe.errors import SimmoeError
@@ -59,6 +60,8 @@ class TraceReport:
     replays: object                 # pandas DataFrame
     table5: dict
     figures: dict[str, bytes] = field(default_factory=dict)
+    regimes: object = None          # pandas DataFrame: selector × regime × batch (simmoe.report.regimes)
+    prefetch: object = None         # pandas DataFrame: the prefetch what-if (simmoe.report.prefetch)
 
 
 def _provenance(trace) -> str:
@@ -84,11 +87,21 @@ def analyse_trace(trace, path: str, settings: ReportSettings, *, workers: int = 
     t5 = table5_row(trace, path, settings)
     say(f"{path}: check slice")
     check = check_rows(trace, path, settings, workers=workers)
+    say(f"{path}: selector x regime x batch")
+    from simmoe.report.regimes import regime_rows
+
+    regimes = regime_rows(trace, path, settings, workers=workers)
     R = len(trace.requests)
     rep = TraceReport(path=str(path), stem=stem, dataset=dataset, synthetic=bool(trace.is_synthetic),
                       provenance=_provenance(trace), requests_total=R,
                       requests_used=R if settings.requests is None else min(settings.requests, R),
-                      replays=df, table5=t5)
+                      replays=df, table5=t5, regimes=regimes)
+    say(f"{path}: prefetch what-if")
+    from simmoe.report import prefetch as prefetch_whatif
+
+    rep.prefetch = prefetch_whatif.prefetch_rows(
+        trace, path, settings, workers=workers,
+        progress=lambda k, n: say(f"{path}: prefetch what-if {k}/{n} configurations"))
     say(f"{path}: figures")
     syn = rep.synthetic
     rep.figures = {
@@ -97,6 +110,7 @@ def analyse_trace(trace, path: str, settings: ReportSettings, *, workers: int = 
         "link": figures.link_plot(df, stem, syn),
         "routes": figures.route_plot(df, dataset, stem, syn),
         "policy": figures.policy_plot(df, stem, syn),
+        "prefetch": prefetch_whatif.gain_plot(rep.prefetch, stem, syn),
     }
     return rep, check
 
@@ -171,6 +185,20 @@ def trace_section(rep: TraceReport, settings: ReportSettings, profiles: dict) ->
             + ("Published: SpecFit 2.26× AR at a = 0.6 and 2.27× with exact routes, on 40 GSM8K "
                f"questions with the cache; role: {ROLE_TEXT[role]}." if role else "No published figure."),
             "", t, "", f"![routes](figures/{rep.stem}-routes.png)", ""]
+    if rep.regimes is not None and len(rep.regimes):
+        from simmoe.report import regimes
+
+        out += [f"### Selector × regime × batch: {regimes.MODEL}, experts offloaded or resident{tag}", "",
+                f"Offloaded: `{base.name}` with {settings.slots} LRU slots (EVICT's C(k) from its cached App. B "
+                f"model). Resident: `{regimes.RESIDENT}`, the physical cost model (SpecFit's b_k and β derived "
+                "from it, EVICT's C(k) profiled on the trace; docs/models-and-gpus.md). Batches > 1 decode with "
+                "continuous batching and the batch-aware costs (docs/replay.md); tokens/s are aggregate, "
+                "speedups over AR without a cache in the same regime and batch. No published figure.", "",
+                regimes.regime_table(rep.regimes), ""]
+    if rep.prefetch is not None:
+        from simmoe.report.prefetch import section as prefetch_section
+
+        out += prefetch_section(rep.prefetch, rep.stem, rep.synthetic)
     out += [f"### What-if: cache policy{tag}", "",
             "`belady` is the offline optimum on the replay's own future demand (a bound, not deployable); "
             "`static` pins the experts the replay demands most. No published figure.", "",
@@ -260,6 +288,10 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
     for rep in reports:
         files[out / "tables" / f"{rep.stem}-replays.csv"] = rep.replays.to_csv(index=False).encode()
         files[out / "tables" / f"{rep.stem}-table5.csv"] = pd.DataFrame([rep.table5]).to_csv(index=False).encode()
+        if rep.regimes is not None and len(rep.regimes):
+            files[out / "tables" / f"{rep.stem}-regimes.csv"] = rep.regimes.to_csv(index=False).encode()
+        if rep.prefetch is not None:
+            files[out / "tables" / f"{rep.stem}-prefetch.csv"] = rep.prefetch.to_csv(index=False).encode()
         for name, png in rep.figures.items():
             files[out / "figures" / f"{rep.stem}-{name}.png"] = png
     files[out / "tables" / "check-slice.csv"] = pd.concat(checks, ignore_index=True).to_csv(index=False).encode()

@@ -30,16 +30,16 @@ trace and profile (SpecFit §4.1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
-from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
 from simmoe.errors import SimmoeError
+from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
 from simmoe.replay.metrics import COUNTERS, speedup
+from simmoe.replay.selectors import SELECTORS
 from simmoe.report.published import PUBLISHED
 from simmoe.report.whatif import LINKS, bandwidth_profile
-from simmoe.replay.selectors import SELECTORS
 from simmoe.trace.schema import Trace
 from simmoe.trace.subset import head_requests
 
@@ -66,7 +66,7 @@ class ReportSettings:
     timing: str = "event"
     check_requests: int = 2              # the slice whose tables a test recomputes
 
-    def validate(self) -> "ReportSettings":
+    def validate(self) -> ReportSettings:
         if self.requests is not None and self.requests < 1:
             raise SimmoeError(f"--requests must be at least 1, got {self.requests}")
         if self.check_requests < 1:
@@ -91,7 +91,7 @@ class ReportSettings:
                 "check_requests": self.check_requests}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ReportSettings":
+    def from_dict(cls, d: dict) -> ReportSettings:
         return cls(requests=d["requests"], hardware=d["hardware"], hardware_rtx=d["hardware_rtx"],
                    slots=d["slots"], slot_sweep=tuple(d["slot_sweep"]), rtx_slots=d["rtx_slots"],
                    links=tuple((a, float(b)) for a, b in d["links"]),

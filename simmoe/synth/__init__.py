@@ -13,6 +13,7 @@ trace it produces is labelled synthetic in ``meta["provenance"]``.
 
 from __future__ import annotations
 
+from simmoe.synth import evict_presets as _evict_presets  # noqa: E402,F401  (registers alpaca, humaneval, qa, mt_bench)
 from simmoe.synth.generate import GENERATOR, generate
 from simmoe.synth.params import PRESETS, Preset, SynthParams, preset
 

@@ -17,7 +17,7 @@ last output position.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,12 +27,13 @@ from simmoe.synth.draft import draft_pools, predictability, stretches
 from simmoe.synth.lengths import request_lengths
 from simmoe.synth.params import SynthParams
 from simmoe.synth.routing import ExpertSampler, context_chain, modulate, popularity, resample
+from simmoe.synth.sampling import target_fields
 from simmoe.trace.schema import SCHEMA_VERSION, SYNTHETIC, Requests, Trace
 
 GENERATOR = f"simmoe.synth {__version__}"
 # spawn-key purposes of the random streams
-_POPULARITY, _LENGTHS, _DRAFT, _ROUTES, _TOPIC = 1, 2, 3, 4, 5
-_DATASET_KEY = {"gsm8k": 1, "cnndm": 2}
+_POPULARITY, _LENGTHS, _DRAFT, _ROUTES, _TOPIC, _SAMPLING = 1, 2, 3, 4, 5, 6
+_DATASET_KEY = {"gsm8k": 1, "cnndm": 2, "alpaca": 3, "humaneval": 4, "qa": 5, "mt_bench": 6}
 
 
 def _rng(seed: int, *key: int) -> np.random.Generator:
@@ -123,7 +124,8 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
              subset=None,
              preset: str | None = None, fitted_to: tuple[str, ...] = (),
              routes: bool = True, node_routes: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> Trace:
+             progress: Callable[[int, int], None] | None = None,
+             temperature: float = 0.0) -> Trace:
     """A synthetic trace of the first ``num_requests`` (default: all) questions of ``params.dataset``.
 
     ``subset`` (indices into the question list, increasing) picks requests
@@ -133,7 +135,9 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     parameters only — such a trace is not for replay); ``node_routes=False``
     skips only the pool nodes' routes (the prefill unions and root routes are
     the same as in the full trace: enough for AR statistics).  ``progress(done,
-    total)`` is called after each request.  Cost O(P·M·L·k) for P positions,
+    total)`` is called after each request.  ``temperature > 0`` adds the
+    target's distributions at that temperature (:mod:`simmoe.synth.sampling`,
+    own random stream: everything else is the same as at 0).  Cost O(P·M·L·k) for P positions,
     M nodes per pool; about 15 s for the 80-request GSM8K preset on one core.
     """
     g = params.geometry
@@ -155,7 +159,7 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     dtype = g.route_dtype
     parts: dict[str, list] = {name: [] for name in (
         "root_token", "root_routes", "node_count", "parent", "level", "token", "q", "p",
-        "agree", "node_routes")}
+        "agree", "node_routes", "tprob", "tcdf")}
     prefill = np.zeros((R, L, N), dtype=bool)
     for r in range(R):
         n = int(out_len[r])
@@ -170,6 +174,10 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
         parts["node_count"].append(v.sum(axis=1))
         for name in ("parent", "level", "token", "q", "p", "agree"):
             parts[name].append(getattr(pools, name)[v])
+        if temperature > 0:
+            tp, tc = target_fields(pools, z, params, float(temperature), _rng(seed, _SAMPLING, dkey, key))
+            parts["tprob"].append(tp[v])
+            parts["tcdf"].append(tc[v])
         if routes:
             sampler = request_sampler(params, probs, seed, dkey, key)
             pre, root_routes, nodes_r = _request_routes(
@@ -210,6 +218,8 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
         "synth_params": params.to_dict(),
         "prompt_tokens": "estimated from Spec-Bench word counts (simmoe.synth.prompts)",
     }
+    if temperature > 0:  # the greedy text, with the target's distributions at T (simmoe.trace.sampling)
+        meta["sampling"] = {"temperature": float(temperature), "seed": None, "text": "greedy"}
     requests = Requests(
         request_id=np.array([str(int(x)) for x in qids], dtype=object),
         dataset=np.array([params.dataset] * R, dtype=object),
@@ -231,4 +241,6 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
         node_token=cat("token", np.int32), node_q=cat("q", np.float32),
         node_p=cat("p", np.float32), node_agree=cat("agree", bool),
         node_routes=np.concatenate(parts["node_routes"]).astype(dtype).reshape(-1, L, k),
+        node_target_prob=cat("tprob", np.float32) if temperature > 0 else None,
+        node_target_cdf=cat("tcdf", np.float32) if temperature > 0 else None,
     )

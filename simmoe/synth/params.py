@@ -45,6 +45,9 @@ class SynthParams:
     draft_concentration: float = 25.0       # Beta concentration of a node's top-1 q around it
     depth_decay: float = 0.97         # predictability factor per extra draft level
     runner_up_share: float = 0.5      # mean share of the remaining mass the 2nd child gets
+    # -- target distribution at temperature > 0 (simmoe.synth.sampling) ---------
+    target_spread: float = 0.0        # greedy token's mass at T = 1 is 1 - target_spread·(1 - z_u)
+    target_sibling_share: float = 0.5  # share of the rest on the drafted siblings (by their q), not outside
     # -- routing ------------------------------------------------------------------
     popularity_sigma: float = 1.0     # log-normal spread of per-layer expert popularity
     topic_sigma: float = 0.0          # log-normal spread of a request's modulation of it
@@ -68,6 +71,8 @@ class SynthParams:
             ("draft_concentration", self.draft_concentration > 0.0),
             ("depth_decay", 0.0 < self.depth_decay <= 1.0),
             ("runner_up_share", 0.0 < self.runner_up_share < 1.0),
+            ("target_spread", 0.0 <= self.target_spread <= 1.0),
+            ("target_sibling_share", 0.0 <= self.target_sibling_share <= 1.0),
             ("popularity_sigma", 0.0 <= self.popularity_sigma <= 5.0),
             ("topic_sigma", 0.0 <= self.topic_sigma <= 5.0),
             ("locality", 0.0 <= self.locality <= 1.0),
@@ -87,7 +92,7 @@ class SynthParams:
                 and pool.K >= 1 and pool.max_nodes <= 32767):
             raise SimmoeError(f"synth pool shape {pool.to_dict()} is not valid")
 
-    def with_(self, **changes) -> "SynthParams":
+    def with_(self, **changes) -> SynthParams:
         """A copy with some fields changed (validated)."""
         return replace(self, **changes)
 
@@ -98,7 +103,7 @@ class SynthParams:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SynthParams":
+    def from_dict(cls, d: dict[str, Any]) -> SynthParams:
         d = dict(d)
         d["geometry"] = ModelGeometry.from_dict(d["geometry"])
         d["pool"] = PoolShape.from_dict(d["pool"])

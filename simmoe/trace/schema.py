@@ -65,7 +65,7 @@ class ModelGeometry:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelGeometry":
+    def from_dict(cls, d: dict[str, Any]) -> ModelGeometry:
         """Integers must be JSON integers: ``"48"`` or ``48.7`` raise ``ValueError`` naming the key."""
         if not isinstance(d, dict):
             raise TypeError(f"must be a JSON object, got {d!r}")
@@ -118,7 +118,7 @@ class PoolShape:
                 "max_nodes": self.max_nodes, "K": self.K}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PoolShape":
+    def from_dict(cls, d: dict[str, Any]) -> PoolShape:
         if not isinstance(d, dict):
             raise TypeError(f"must be a JSON object, got {d!r}")
         return cls(strict_int(d, "expand_topk"), strict_int(d, "depth"), strict_int(d, "max_nodes"),

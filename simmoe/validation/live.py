@@ -82,7 +82,7 @@ class LiveRun:
         return len(self.cycles["request"])
 
     @classmethod
-    def from_records(cls, meta: dict, records: list[dict], path: str = "") -> "LiveRun":
+    def from_records(cls, meta: dict, records: list[dict], path: str = "") -> LiveRun:
         """Build from the request and cycle lines (each with a ``type``)."""
         requests = [r for r in records if r.get("type") == "request"]
         cyc = [r for r in records if r.get("type") == "cycle"]
@@ -282,6 +282,13 @@ def _read_checked(path, allow_partial: bool = False) -> tuple[dict, list[dict]]:
         problem = _value_problem("count", _INT32, meta[key]) if key in meta else None
         if problem:
             raise SimmoeError(f"{run_line}, field {key!r}: {problem}")
+    temp = meta.get("temperature", 0.0)
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
+        raise SimmoeError(f"{path}, line 1 (run line), field 'temperature': must be a finite number >= 0, "
+                          f"got {temp!r}")
+    problem = _value_problem("count", _INT32, meta["sampling_seed"]) if "sampling_seed" in meta else None
+    if problem:
+        raise SimmoeError(f"{path}, line 1 (run line), field 'sampling_seed': {problem}")
     acc = meta.get("route_accuracy", 1.0)
     if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not 0 <= acc <= 1:
         raise SimmoeError(f"{run_line}, field 'route_accuracy': must be a number in [0, 1], got {acc!r}")
@@ -301,7 +308,7 @@ _SAME_SETTINGS = ("model", "weights", "drafter", "drafter_agreement", "prompts_s
                   "offset", "selector", "slots", "K", "route_accuracy", "route_seed", "temperature", "sampling_seed",
                   "options", "max_new_tokens",
                   "max_total_tokens", "pool", "geometry", "device", "dtype", "clock", "threads",
-                  "selection_profile")
+                  "selection_profile", "prefetch")
 
 
 def merge_passes(passes: list[list[list[dict]]]) -> list[list[dict]]:
@@ -342,6 +349,10 @@ def merge_passes(passes: list[list[list[dict]]]) -> list[list[dict]]:
             out["level_ms"] = level
             out["draft_ms"] = (float(sum(level[:int(c["drafted_levels"])])) if level
                                else min(float(q["draft_ms"]) for q in cs))
+            if "prefetch_ms" in c:          # hwprobe live --prefetch: the copies' block is part of drafting
+                out["prefetch_ms"] = min(float(q.get("prefetch_ms", 0.0)) for q in cs)
+                if level:
+                    out["draft_ms"] += out["prefetch_ms"]
             for k in ("select_ms", "verify_ms", "commit_ms"):
                 out[k] = min(float(q[k]) for q in cs)
             out["cycle_ms"] = out["draft_ms"] + out["select_ms"] + out["verify_ms"] + out["commit_ms"]
@@ -511,8 +522,9 @@ def selector_time(runs: list[LiveRun], selector: str) -> float | None:
 
 def profile_from_dict(d: dict):
     """A profile from the JSON form ``hwprobe`` writes into metadata (``measured_profile.profile_dict``)."""
-    from simmoe.hardware.profile import HardwareProfile, validate
     import dataclasses
+
+    from simmoe.hardware.profile import HardwareProfile, validate
 
     names = {f.name: f for f in dataclasses.fields(HardwareProfile)}
     kw = {}
@@ -650,7 +662,14 @@ def compare(trace, live: LiveRun, profile, *, selector_ms: float | None = None) 
 
     check_compatible(trace, live)
     config = replay_config_for(live, profile.name, selector_ms)
-    res = replay(trace, config, profile)
+    policy = live.meta.get("prefetch") or "none"
+    if policy != "none":   # hwprobe live --prefetch: the prefetch model, staging as the backend's (docs/prefetch.md)
+        from simmoe.replay.prefetch import replay_prefetch
+
+        res = replay_prefetch(trace, config, profile, policy, paired=False,
+                              staging=int(live.meta.get("inflight") or profile.copies_in_flight))
+    else:
+        res = replay(trace, config, profile)
     rc, lc = res.cycles, live.cycles
     key = lambda req, pos: (np.asarray(req, np.int64) << 32) | np.asarray(pos, np.int64)  # noqa: E731
     rkey, lkey = key(rc["request"], rc["position"]), key(lc["request"], lc["position"])
@@ -701,7 +720,8 @@ def compare(trace, live: LiveRun, profile, *, selector_ms: float | None = None) 
     }
     return Validation(selector=config.selector, slots=config.slots, live=live_sum,
                       replay={k: rep_sum[k] for k in ("decode_tps", "committed", "draft_nodes", "cycles",
-                                                      "ms_per_cycle", "h2d_per_token", "output_tokens")},
+                                                      "ms_per_cycle", "h2d_per_token", "output_tokens",
+                                                      "mat", "prefetched_per_token") if k in rep_sum},
                       errors=errors, cycles=frame)
 
 

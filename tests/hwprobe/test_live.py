@@ -6,10 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from hwprobe_models import tiny_model
 
 from hwprobe.cli import main
-
-from hwprobe_models import tiny_model
 
 pytestmark = pytest.mark.torch
 
@@ -27,10 +26,10 @@ def _cost_profile_toml(path):
 
 def _session(slots=2, agreement=0.7):
     """An offloaded tiny model, and a target-derived drafter on its own unmodified copy."""
+    import torch
+
     from hwprobe.drafters import make_drafter
     from hwprobe.offload import install_offload
-
-    import torch
 
     model = tiny_model(0)
     twin = tiny_model(0)
@@ -41,10 +40,9 @@ def _session(slots=2, agreement=0.7):
 
 def _run(model, backend, drafter, selector_name, *, slots, n=7, prompt=(1, 50, 60, 70, 50, 60), cost=None,
          row0=0, accuracy=1.0):
-    from simmoe.replay.route_prediction import RoutePredictor
-
     from hwprobe.live import LiveSettings, live_request, make_live_selector
     from hwprobe.pool import PoolSpec
+    from simmoe.replay.route_prediction import RoutePredictor
 
     settings = LiveSettings(selector=selector_name, slots=slots, max_new_tokens=n, route_accuracy=accuracy)
     selector = make_live_selector(settings, cost)
@@ -55,9 +53,8 @@ def _run(model, backend, drafter, selector_name, *, slots, n=7, prompt=(1, 50, 6
 
 @pytest.mark.parametrize("name", ["ar", "eagle3", "specfit", "oracle"])
 def test_live_request_is_lossless_and_counts_add_up(name, tmp_path):
-    from simmoe.hardware.profile import load_profile
-
     from hwprobe.specdecode import greedy_generate
+    from simmoe.hardware.profile import load_profile
 
     model, twin, backend, drafter = _session()
     cost = load_profile(_cost_profile_toml(tmp_path / "c.toml"))

@@ -6,8 +6,8 @@ import io
 import re
 
 import pytest
-
 from factories import random_trace
+
 from simmoe.cli import main
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
+from simmoe.errors import SimmoeError
 from simmoe.hardware.costfit import (
     ProbeRow,
     derive_initial_a100,
@@ -20,7 +22,6 @@ from simmoe.hardware.costfit import (
     read_probes,
     replay_simulator,
 )
-from simmoe.errors import SimmoeError
 from simmoe.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from factories import random_trace
-from simmoe.replay.engine import ReplayConfig, plan, replay, simulate
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from simmoe.errors import SimmoeError
+from simmoe.replay.engine import ReplayConfig, plan, replay, simulate
 from simmoe.replay.metrics import summarize
 from simmoe.replay.selectors import SELECTORS
 

@@ -6,7 +6,8 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simmoe.errors import ProfileError
 from simmoe.hardware.profile import (
@@ -155,3 +156,48 @@ def test_offload_evict_tables_grow_with_k():
     for name in ("a100-pcie-40gb", "rtx4090-24gb"):
         c = np.array(load_profile(name).evict_cost)
         assert (np.diff(c) > 0).all()
+
+
+def _add(after, text):
+    return lambda t: t.replace(after, f"{after}\n{text}")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (_add("copy_ms = 1.0", "copy_cv = 1e308"), "'copy.copy_cv' must be at most 10"),
+    (lambda t: t.replace("forward_ms = 10.0", "forward_ms = 1e300"), "'compute.forward_ms' must be at most"),
+    (_add("copy_ms = 1.0", "copies_in_flight = 100000"), "at most 1024"),
+    (_add("copy_ms = 1.0", "samples_ms = [1.0, 1e200]"), r"at most 1e\+06 ms"),
+    (lambda t: t + "[evict]\ncost_ms = [1.0, 1e9]\n", "'evict.cost_ms' must hold times of at most"),
+    (lambda t: t.replace("[copy]", "expert_bytes = 1000000000000000\n[copy]"),
+     "'expert_bytes' must be at most"),
+    (_add("copy_ms = 1.0", "link_gbps = inf"), "'copy.link_gbps' must be a finite"),
+])
+def test_values_outside_plausible_ranges_are_refused(tmp_path, edit, match):
+    with pytest.raises(ProfileError, match=match):
+        load_profile(write(tmp_path, edit(MINIMAL)))
+
+
+def test_largest_plausible_values_replay_without_overflow(tmp_path):
+    from factories import random_trace
+
+    from simmoe.replay.engine import ReplayConfig, replay
+
+    text = MINIMAL.replace("copy_ms = 1.0", "copy_ms = 1e6\ncopy_cv = 10.0").replace("forward_ms = 10.0",
+                                                                                     "forward_ms = 1e6")
+    prof = load_profile(write(tmp_path, text))
+    res = replay(random_trace(1), ReplayConfig(selector="ar", slots=0, cache="none", selector_ms=0.0), prof)
+    assert np.isfinite(np.asarray(res.cycles["cycle_ms"], dtype=float)).all()
+
+
+def test_a_folder_is_not_a_profile(tmp_path, capsys):
+    from simmoe.cli import main
+
+    with pytest.raises(ProfileError, match="is a folder") as e:
+        load_profile(tmp_path)
+    assert "no such profile file" not in str(e.value)
+    (tmp_path / "p.toml").mkdir()
+    with pytest.raises(ProfileError, match="is a folder"):
+        load_profile(tmp_path / "p.toml")
+    argv = ["fit", "--probes", "x.csv", "--hardware", str(tmp_path), "-o", str(tmp_path / "o.toml")]
+    assert main(argv) == 2
+    assert "is a folder" in capsys.readouterr().err

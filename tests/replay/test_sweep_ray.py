@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from factories import random_trace
+
 from simmoe.cli import main
 from simmoe.replay.engine import ReplayConfig
 from simmoe.sweep.grid import Grid, config_key, row_keys, run_sweep

@@ -14,12 +14,13 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simmoe.replay.engine import ReplayConfig, replay
 from simmoe.errors import CheckFailed, SimmoeError
 from simmoe.hardware.profile import HardwareProfile
-from simmoe.validation.live import (LIVE_FORMAT, LiveRun, check_compatible, compare, fit_timing, read_live)
+from simmoe.replay.engine import ReplayConfig, replay
+from simmoe.validation.live import LIVE_FORMAT, LiveRun, check_compatible, compare, fit_timing, read_live
 from tests.factories import random_trace
 
 

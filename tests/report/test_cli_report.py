@@ -11,7 +11,7 @@ import pytest
 from simmoe.cli import main
 
 ARGS = ["--requests", "3", "--workers", "1", "--quiet"]
-FIGS = ("tps", "slots", "link", "routes", "policy")
+FIGS = ("tps", "slots", "link", "routes", "policy", "prefetch")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_outputs_are_deterministic_and_only_ours(two_runs):
     a, b = (files_of(o) for o in two_runs)
     expected = {"index.md", "report-args.json", "calibration.md", "tables/check-slice.csv"}
     for t in ("gsm8k", "cnndm"):
-        expected |= {f"tables/{t}-replays.csv", f"tables/{t}-table5.csv"}
+        expected |= {f"tables/{t}-replays.csv", f"tables/{t}-table5.csv", f"tables/{t}-prefetch.csv"}
         expected |= {f"figures/{t}-{f}.png" for f in FIGS}
     assert set(a) == expected
     assert a["calibration.md"] == b"someone else's report\n"  # never touched

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simmoe.report.tables import cell, fmt, link_table, slot_table, table5_table
 

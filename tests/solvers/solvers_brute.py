@@ -37,22 +37,23 @@ def legal_sets(raw: RawPool, K: int):
                 yield combo
 
 
-def union_size(raw: RawPool, combo) -> int:
+def union_size(raw: RawPool, combo, free=frozenset()) -> int:
+    """F of Eq. 1 from the raw routes; ``free``: (layer, expert) pairs that do not count."""
     L = raw.root.shape[0]
     total = 0
     for layer in range(L):
         experts = set(int(e) for e in raw.root[layer])
         for v in combo:
             experts |= set(int(e) for e in raw.nodes[v][layer])
-        total += len(experts)
+        total += len({e for e in experts if (layer, e) not in free})
     return total
 
 
-def score(raw: RawPool, combo, b, beta):
+def score(raw: RawPool, combo, b, beta, free=frozenset()):
     r = 1.0
     for v in combo:
         r += float(raw.probs[v])
-    f = union_size(raw, combo)
+    f = union_size(raw, combo, free)
     t = float(b[len(combo)]) + float(beta) * f
     return r, f, t
 
@@ -61,11 +62,12 @@ def _wins(key_a, ids_a, key_b, ids_b):
     return key_a > key_b or (key_a == key_b and ids_a < ids_b)
 
 
-def brute_ratio(raw: RawPool, K: int, b, beta):
-    """(nodes, R, F, T, ratio) of the tie-rule winner of Eq. 5 over A_K."""
+def brute_ratio(raw: RawPool, K: int, b, beta, free=frozenset()):
+    """(nodes, R, F, T, ratio) of the tie-rule winner of Eq. 5 over A_K (``free``: pairs
+    that do not count in F)."""
     best = None
     for combo in legal_sets(raw, K):
-        r, f, t = score(raw, combo, b, beta)
+        r, f, t = score(raw, combo, b, beta, free)
         key = (r / t, r, -f, -len(combo))
         if best is None or _wins(key, combo, best[0], best[1]):
             best = (key, combo, r, f, t)
@@ -73,10 +75,10 @@ def brute_ratio(raw: RawPool, K: int, b, beta):
     return combo, r, f, t, r / t
 
 
-def brute_linear(raw: RawPool, K: int, b, beta, lam):
+def brute_linear(raw: RawPool, K: int, b, beta, lam, free=frozenset()):
     best = None
     for combo in legal_sets(raw, K):
-        r, f, t = score(raw, combo, b, beta)
+        r, f, t = score(raw, combo, b, beta, free)
         key = (r - lam * t, r, -f, -len(combo))
         if best is None or _wins(key, combo, best[0], best[1]):
             best = (key, combo, r, f, t)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
-
 from solvers_brute import RawPool
+
+from solvers import CostModel, Pool
+from solvers.random_pools import random_pool_arrays
+
+APP_B = [142.214, 147.532, 150.522, 152.269, 152.743, 163.204, 155.175, 156.068]
 
 PROBS = st.one_of(st.sampled_from([0.0, 0.25, 0.5, 1.0]),
                   st.floats(0.0, 1.0, allow_nan=False))
@@ -61,3 +65,35 @@ def affine_costs(draw, size: int):
     a = draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 2.0)))
     beta = draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 3.0)))
     return [b0 + a * j for j in range(size + 1)], beta
+
+
+@st.composite
+def shaped_pools(draw, max_nodes: int = 18):
+    """(arrays, pool): beam-expanded trees with parent–child route overlap, small or paper-sized
+    geometry, sometimes flat probabilities so that the size limit binds."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    nodes = draw(st.integers(1, max_nodes))
+    depth = draw(st.integers(1, 6))
+    expand = draw(st.integers(1, 3))
+    L, N, k = draw(st.sampled_from([(48, 128, 8), (4, 16, 3), (2, 6, 2), (1, 3, 1)]))
+    overlap = draw(st.sampled_from([0.0, 0.6, 1.0]))
+    parents, probs, root, routes, N = random_pool_arrays(rng, nodes, depth, expand, L, N, k,
+                                                         overlap)
+    if draw(st.booleans()):
+        probs = rng.uniform(0.2, 1.0, len(parents))
+    return (parents, probs, root, routes, N), Pool.from_routes(parents, probs, root, routes, N)
+
+
+@st.composite
+def shaped_costs(draw, K: int):
+    """App. B's intercepts (non-monotone at b_5), perturbed or replaced, and a β that makes
+    the union matter (large) or not (small)."""
+    kind = draw(st.sampled_from(["app_b", "random", "flat"]))
+    if kind == "app_b":
+        b = (APP_B + [APP_B[-1] + 2.0 * (j - 7) for j in range(8, K + 1)])[:K + 1]
+    elif kind == "random":
+        b = [draw(st.floats(1.0, 200.0)) for _ in range(K + 1)]
+    else:
+        b = [100.0] * (K + 1)
+    beta = draw(st.sampled_from([0.0, 0.02, 0.210715513, 1.0, 20.0]))
+    return CostModel(b, beta)

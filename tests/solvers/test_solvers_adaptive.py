@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from solvers_strategies import costs, raw_pools
 
 from solvers import CostModel, Pool, select_adaptive_depth, select_exact
 from solvers.random_pools import paper_shaped_pool
-from solvers_strategies import costs, raw_pools
 
 
 def first_stop(pool, K, cost):
@@ -39,7 +40,7 @@ def test_lemma_2_on_random_pools(data):
         assert d < pool.depth
     # the largest ratio is nondecreasing in d (nested families)
     ratios = [select_exact(pool.upto_level(x)[0], K, cost).ratio for x in range(pool.depth + 1)]
-    assert all(a <= b_ for a, b_ in zip(ratios, ratios[1:]))
+    assert all(a <= b_ for a, b_ in zip(ratios, ratios[1:], strict=False))
 
 
 def test_adaptive_depth_on_paper_shaped_pools():

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given
+from hypothesis import strategies as st
+from solvers_brute import RawPool, all_scores
+from solvers_strategies import affine_costs, raw_pools
 
 from solvers import CostModel, InvalidInput, Pool, affine_approximation, largest_ratio, max_closure
-from solvers_brute import all_scores
-from solvers_strategies import affine_costs, raw_pools
 
 
 def rel_close(a, b, tol=1e-9):
@@ -38,10 +38,22 @@ def test_max_closure_reaches_the_brute_force_optimum(data):
             assert not rel_close(r - lam * t, best) or r - lam * t < best
 
 
-@given(st.data())
-def test_largest_ratio_and_breakpoints(data):
-    raw = data.draw(raw_pools(max_nodes=7))
-    b, beta = data.draw(affine_costs(raw.n))
+@st.composite
+def pools_with_affine_costs(draw):
+    raw = draw(raw_pools(max_nodes=7))
+    b, beta = draw(affine_costs(raw.n))
+    return raw, b, beta
+
+
+# a real breakpoint (λ ≈ 688,969) whose bend, a slope change of 5.7e-9, is tiny
+TINY_BEND = (RawPool([-1], [0.00390625], np.array([[1]]), np.array([[[1]]]), 2),
+             [1.0, 1.0000000056697034], 0.0)
+
+
+@given(pools_with_affine_costs())
+@example(TINY_BEND)
+def test_largest_ratio_and_breakpoints(case):
+    raw, b, beta = case
     pool = Pool.from_routes(*raw.args())
     cost = CostModel(b, beta)
     scores = all_scores(raw, raw.n, b, beta)
@@ -52,20 +64,28 @@ def test_largest_ratio_and_breakpoints(data):
     def g(lam):
         return max(r - lam * t for _c, r, _f, t in scores)
 
-    def slope(lam):   # -T of the optimal sets at lam (largest T among ties = left slope)
+    def optimal_time(lam, pick):
+        # T̂ of the maximizers of R̂ − λT̂ at lam (exact ties: ``pick`` of their T̂)
         best = g(lam)
-        return -max(t for _c, r, _f, t in scores if rel_close(r - lam * t, best, 1e-12))
+        return pick(t for _c, r, _f, t in scores if r - lam * t == best)
 
     # g is linear between consecutive breakpoints, and bends at each of them
     edges = [0.0, *bps, (bps[-1] * 2 + 1.0) if bps else 1.0]
-    for lo, hi in zip(edges, edges[1:]):
+    for lo, hi in zip(edges, edges[1:], strict=False):
         mid = (lo + hi) / 2
         assert rel_close(g(mid), (g(lo) + g(hi)) / 2, 1e-7)
+    t_max = max(t for _c, _r, _f, t in scores)
     for x in bps:
         if x > 1e6:   # g ~ −λT̂ there: a bend of eps·ΔT̂ is below float resolution
             continue
         eps = 1e-6 * max(1.0, x)
-        assert g(x - eps) + g(x + eps) - 2 * g(x) > 1e-12 * max(1.0, abs(g(x)))
+        # the slope of g changes by `bend` across x: the second difference is eps·bend,
+        # up to the rounding of the three values of g (a few ulps of λT̂ each)
+        bend = optimal_time(x - eps, max) - optimal_time(x + eps, min)
+        noise = 2.0 ** -49 * max(1.0, x * t_max)      # 8 ulps of λT̂
+        if eps * bend <= 2 * noise:
+            continue      # below what floating point resolves at this λ
+        assert g(x - eps) + g(x + eps) - 2 * g(x) > 0.5 * eps * bend
 
 
 def test_non_affine_intercepts_are_rejected_and_can_be_approximated():
@@ -133,4 +153,4 @@ def test_contracted_breakpoints_equal_full_cuts(seed, nodes):
     _sel, bps = largest_ratio(pool, cost)
     ref = breakpoints_without_contraction(ClosureNetwork(pool, cost))
     assert len(bps) == len(ref) and len(bps) <= pool.n
-    assert all(rel_close(x, y, 1e-9) for x, y in zip(bps, ref))
+    assert all(rel_close(x, y, 1e-9) for x, y in zip(bps, ref, strict=True))

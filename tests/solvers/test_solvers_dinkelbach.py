@@ -6,12 +6,20 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-
-from solvers import (CostModel, InvalidInput, Pool, closure_oracle, dinkelbach, exact_oracle,
-                     select_exact)
+from hypothesis import given
+from hypothesis import strategies as st
 from solvers_brute import all_scores
 from solvers_strategies import affine_costs, raw_pools
+
+from solvers import (
+    CostModel,
+    InvalidInput,
+    Pool,
+    closure_oracle,
+    dinkelbach,
+    exact_oracle,
+    select_exact,
+)
 
 
 def best_rule(per_state):

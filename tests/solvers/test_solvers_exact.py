@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-
-from solvers import CostModel, InvalidInput, Pool, select_exact, select_max_linear
-from solvers.exact import (branch_and_bound_linear, branch_and_bound_ratio, enumerate_linear,
-                           enumerate_ratio)
+from hypothesis import given
+from hypothesis import strategies as st
 from solvers_brute import brute_linear, brute_ratio
 from solvers_strategies import costs, raw_pools
+
+from solvers import CostModel, InvalidInput, Pool, select_exact, select_max_linear
+from solvers.exact import (
+    branch_and_bound_linear,
+    branch_and_bound_ratio,
+    enumerate_linear,
+    enumerate_ratio,
+)
 
 
 def check_against_brute(raw, K, b, beta, sel):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from solvers import InvalidInput, clique_instance, has_clique, reaches_threshold
 
@@ -15,7 +16,8 @@ def test_threshold_iff_clique(n, density, seed, r):
     if r > n:
         return
     inst = clique_instance(g, r)
-    assert inst.K == r * (r - 1) // 2 and inst.pool.n == g.number_of_edges()
+    assert r * (r - 1) // 2 == inst.K
+    assert inst.pool.n == g.number_of_edges()
     assert reaches_threshold(inst) == has_clique(g, r)
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from solvers_brute import legal_sets, score
+from solvers_strategies import raw_pools
 
 from solvers import CostModel, InvalidInput, Pool, evaluate
 from solvers.random_pools import paper_shaped_pool, random_pool_arrays
-from solvers_brute import legal_sets, score
-from solvers_strategies import raw_pools
 
 
 def small_args(n=3):

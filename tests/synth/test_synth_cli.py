@@ -69,3 +69,49 @@ def test_bad_choice_from_the_shell_is_one_line():
     out = subprocess.run([sys.executable, "-m", "simmoe", "synth", "--preset", "nope"],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_sigterm_while_writing_is_one_line_exit_143_and_leaves_no_temp(tmp_path, capsys, monkeypatch):
+    import os
+    import signal
+
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "g.parquet"
+    real_write = pq.write_table
+    seen = []
+
+    def write_then_terminated(table, where, **kw):
+        real_write(table, where, **kw)               # the temp file is complete on disk ...
+        seen.append(Path(where).name)
+        os.kill(os.getpid(), signal.SIGTERM)         # ... when SIGTERM arrives, before the rename
+
+    monkeypatch.setattr(pq, "write_table", write_then_terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["synth", "--preset", "gsm8k", "--requests", "1", "--out", str(out), "--no-progress"]) == 143
+    err = capsys.readouterr().err
+    assert err == "simmoe synth: terminated\n"
+    assert seen and seen[0].startswith(".g.parquet.") and seen[0].endswith(".tmp")
+    assert list(tmp_path.iterdir()) == []                     # neither the temp nor a half output
+    assert signal.getsignal(signal.SIGTERM) == before         # the handler is put back
+
+
+def test_stale_temp_of_a_killed_run_is_removed_by_the_next_run(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".g.parquet.{dead}.k2x9q0ab.tmp"
+    stale.write_bytes(b"PAR1 half a trace")
+    out = tmp_path / "g.parquet"
+    assert main(["synth", "--preset", "gsm8k", "--requests", "1", "--out", str(out), "--no-progress"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.parquet"]
+
+
+@pytest.mark.parametrize("flag", ["--out", "--json"])
+def test_a_folder_as_output_is_one_line(tmp_path, capsys, flag):
+    folder = tmp_path / "x.parquet"
+    folder.mkdir()
+    argv = ["synth", "--preset", "gsm8k", "--requests", "1", "--no-progress", flag, str(folder)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag}: cannot write {folder}: it is a folder" in err
+    assert list(folder.iterdir()) == []

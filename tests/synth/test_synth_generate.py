@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from synth_tiny import TINY
 
 from simmoe.errors import SimmoeError
 from simmoe.synth import PRESETS, SynthParams, generate, synth_preset
 from simmoe.synth.draft import level_sizes
 from simmoe.trace.schema import ModelGeometry, PoolShape
 from simmoe.trace.validate import validate_trace
-
-from synth_tiny import TINY
 
 ARRAYS = ("pos_request", "pos_index", "root_token", "root_routes", "node_ptr", "node_parent",
           "node_level", "node_token", "node_q", "node_p", "node_agree", "node_routes")

@@ -6,11 +6,12 @@ import re
 
 import numpy as np
 import pytest
+from factories import random_trace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from factories import random_trace
 from simmoe.errors import SimmoeError
+from simmoe.trace.validate import validate_trace
 from simmoe.validation.published import (
     GOALS,
     Row,
@@ -20,7 +21,6 @@ from simmoe.validation.published import (
     role_of,
     select_requests,
 )
-from simmoe.trace.validate import validate_trace
 
 
 # --------------------------------------------------------------------------

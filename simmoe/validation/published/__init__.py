@@ -10,7 +10,9 @@ figure of ``shared/design/CALIBRATION.md`` and writes one markdown report:
   depth (§4.2–4.3), Table 5 (App. A.4, through ``simmoe.theory`` as
   ``simmoe bound`` computes it), the 60 %-accurate route predictor (§4.6),
   the RTX 4090 Table 4 (§4.5), and EVICT's resident-experts regime (EVICT
-  Tables 1–2 and its §4.3 averages);
+  Tables 1–2 and its §4.3 averages, with the ``a100-sxm-resident`` profile and
+  again with the physical cost model; Table 6 at batch 4–64; Tables 7–11 on
+  Ling-flash-2.0, Qwen3-235B-A22B and the dense Hunyuan-7B);
 * the **fit set**, apart: SpecFit Table 3 (GSM8K, A100) and the CNN/DM
   workload figures, which the presets and profiles were fitted to;
 * goals with PASS/MISS (gains over EAGLE-3 within 5 percentage points,
@@ -37,7 +39,13 @@ Modules, in pipeline order:
 * one module per published source, each with ``rows(pub, res, t5, traces)``:
   ``specfit_table2``, ``specfit_figure4``, ``specfit_adaptive_depth``,
   ``specfit_table5``, ``specfit_route_predictor``, ``specfit_table4``,
-  ``evict_resident``, ``specfit_table3``;
+  ``evict_resident``, ``evict_physical`` (EVICT Tables 1, 2, 4 with the
+  physical cost model), ``evict_table6`` (batch 4–64), ``evict_tables7_9``
+  (Ling-flash-2.0, Qwen3-235B-A22B, Hunyuan-7B), ``evict_mat10_11``,
+  ``specfit_table3``;
+* ``physical_runs`` — the workloads and replays of the physical-cost-model
+  sources (other models' geometries, EAGLE-3's Mat fitted per benchmark,
+  batched replays);
 * ``sources`` — ``SOURCES``, the ordered list of those (add a source here),
   and ``build_rows``;
 * ``pipeline`` — ``Predictions`` and ``run_predictions``;

@@ -44,7 +44,19 @@ def run_predictions(settings: Settings, *, log: Callable[[str], None] = _silent)
     runs = planned_runs()
     t5 = run_table5(traces, settings.workers, log)
     res = run_replays(traces, runs, workers=settings.workers, log=log)
+    # EVICT Tables 1, 2, 4, 6-11 with the physical cost model: their own workloads and replays
+    from simmoe.validation.published.physical_runs import run_physical
+
+    phys, phys_traces, _ = run_physical(settings, pub, log)
+    res.update(phys)
+    traces.update(phys_traces)
+    # EVICT Tables 1, 2 at temperature 1 and the four other workloads (sampled verification, resident profile)
+    from simmoe.validation.published.sampled_runs import run_sampled
+
+    sampled, sampled_traces = run_sampled(settings, log)
+    res.update(sampled)
+    traces.update(sampled_traces)
     described = {n: describe_trace(t) for n, t in traces.items()}
     rows = build_rows(pub, res, t5, described)
-    profiles = {n: load_profile(n).source for n in sorted({r.hardware for r in runs})}
+    profiles = {n: load_profile(n).source for n in sorted({r.run.hardware for r in res.values()})}
     return Predictions(settings, rows, res, described, t5, profiles)

@@ -56,8 +56,8 @@ class Row:
     def status(self) -> str:
         if self.goal is None or self.role != "validate":
             return ""
-        if self.goal == "trend":
-            return "PASS" if self.simulated == "increasing" else "MISS"
+        if self.goal in ("trend", "batch_trend"):
+            return "PASS" if str(self.simulated).startswith(("increasing", "reproduced")) else "MISS"
         err = self.error
         if err is None:
             return "MISS"

@@ -10,7 +10,12 @@ fit set alike.
 from __future__ import annotations
 
 from simmoe.validation.published import (
+    evict_mat10_11,
+    evict_physical,
     evict_resident,
+    evict_sampled,
+    evict_table6,
+    evict_tables7_9,
     specfit_adaptive_depth,
     specfit_figure4,
     specfit_route_predictor,
@@ -30,6 +35,11 @@ SOURCES: tuple[RowSource, ...] = (
     specfit_route_predictor.rows,   # §4.6
     specfit_table4.rows,            # RTX 4090, §4.5
     evict_resident.rows,            # EVICT Tables 1, 2, §4.3 averages, Table 4 (fit)
+    evict_sampled.rows,             # EVICT Tables 1, 2 at temperature 1; the four other workloads at 0
+    evict_physical.rows,            # EVICT Tables 1, 2 with the physical cost model; Table 4 C(k) fit
+    evict_table6.rows,              # EVICT Table 6: batch 4-64
+    evict_tables7_9.rows,           # EVICT Tables 7-9: Ling-flash-2.0, Qwen3-235B-A22B, Hunyuan-7B
+    evict_mat10_11.rows,            # EVICT Tables 10-11: Mat
     specfit_table3.rows,            # GSM8K Table 3 (fit)
 )
 

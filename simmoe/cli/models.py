@@ -1,0 +1,120 @@
+"""`simmoe models`: the model catalogue and the GPU descriptions (docs/models-and-gpus.md).
+
+``simmoe models`` lists every catalogued model with its geometry and the
+quantities the cost model derives from it; ``simmoe models NAME`` shows one
+model's fields with their source; ``--gpus`` lists the GPU descriptions and
+host links; ``--json`` prints the same as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "models",
+        help="List the model catalogue (geometries with sources) and the GPU descriptions",
+        description="The catalogue of model geometries (simmoe/hardware/data/models.toml: every number "
+                    "from the model's published config.json, with its source) and the GPU descriptions "
+                    "(gpus.toml: datasheet peaks). Expert bytes, dense bytes and KV bytes per token are "
+                    "computed from the configuration fields.",
+    )
+    p.add_argument("name", nargs="?", help="show one model (catalogue key, name or Hugging Face id) or a "
+                                           ".toml geometry file")
+    p.add_argument("--gpus", action="store_true", help="list the GPU descriptions and host links")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    from simmoe.hardware.catalogue import load_gpus, load_links, load_model, load_models
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    if args.gpus:
+        gpus, links = load_gpus(), load_links()
+        if args.json:
+            print(json.dumps({"gpus": {k: vars(g) for k, g in gpus.items()},
+                              "links": {k: vars(v) for k, v in links.items()}}, indent=2, default=list))
+            return 0
+        console.print(_gpu_table(gpus))
+        console.print(_link_table(links))
+        return 0
+    if args.name:
+        m = load_model(args.name)
+        if args.json:
+            print(json.dumps({**m.to_dict(), "derived": m.derived()}, indent=2))
+            return 0
+        for k, v in {**m.to_dict(), **m.derived()}.items():
+            if v in ((), [], 0, "none", False) and k not in ("first_dense_layers", "num_experts", "top_k"):
+                continue
+            flag = "  (unverified)" if k in m.unverified else ""
+            console.print(f"{k:>22}  {v}{flag}", soft_wrap=True)
+        return 0
+    models = load_models()
+    if args.json:
+        print(json.dumps({k: {**m.to_dict(), "derived": m.derived()} for k, m in models.items()}, indent=2))
+        return 0
+    console.print(_model_table(models))
+    console.print("* unverified fields (see `simmoe models NAME`); sizes at the checkpoint's dtype; "
+                  "a dense model is one expert per layer, top-1")
+    return 0
+
+
+def _model_table(models):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="model catalogue (simmoe/hardware/data/models.toml)", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("model", "name", "layers (MoE)", "experts", "top-k", "shared", "hidden", "attention",
+                "expert MB", "dense GB", "KV KB/token", "params B", "active B", "dtype"):
+        t.add_column(col, justify="left" if col in ("model", "name", "attention", "dtype") else "right",
+                     no_wrap=True)
+    for k, m in models.items():
+        d = m.derived()
+        attn = (f"MLA r{m.kv_lora_rank}" if m.attention == "mla"
+                else f"{m.num_attention_heads}/{m.num_key_value_heads}x{m.head_dim}")
+        if m.sliding_window:
+            attn += f", window {m.sliding_window}"
+        t.add_row(k + ("*" if m.unverified else ""), m.name, f"{m.decoder_layers} ({d['moe_layers']})",
+                  str(m.num_experts) if not m.dense else "dense", str(m.top_k) if not m.dense else "–",
+                  f"{m.shared_intermediate}" if m.shared_intermediate else "–", str(m.hidden_size), attn,
+                  f"{m.expert_bytes / 1e6:.2f}", f"{m.dense_bytes / 1e9:.2f}",
+                  f"{m.kv_bytes_per_token / 1e3:.1f}", f"{d['total_params_b']:.1f}",
+                  f"{d['active_params_b']:.2f}",
+                  m.expert_dtype if m.expert_dtype == m.dtype else f"{m.dtype}/{m.expert_dtype}")
+    return t
+
+
+def _gpu_table(gpus):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="GPU descriptions (simmoe/hardware/data/gpus.toml; datasheet peaks)", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("gpu", "name", "HBM GB/s", "memory GB", "BF16 TFLOP/s", "FP8 TFLOP/s", "interconnect",
+                "GB/s/dir", "host link"):
+        t.add_column(col, justify="left" if col in ("gpu", "name", "interconnect", "host link") else "right",
+                     no_wrap=True)
+    for k, g in gpus.items():
+        t.add_row(k, g.name, f"{g.hbm_gbps:,.0f}", f"{g.memory_gb:g}", f"{g.bf16_tflops:g}",
+                  f"{g.fp8_tflops:g}" if g.fp8_tflops else "–", g.interconnect, f"{g.interconnect_gbps:g}",
+                  g.host_link)
+    return t
+
+
+def _link_table(links):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="host links (offload regime)", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("link", "name", "GB/s", "source"):
+        t.add_column(col)
+    for k, v in links.items():
+        t.add_row(k, v.name, f"{v.gbps:g}", v.source)
+    return t

@@ -1,0 +1,84 @@
+"""Per-layer expert unions of probability-ordered prefixes, sampled from a trace (EVICT §3.2.3 profiling).
+
+EVICT ranks a pool's nodes by path probability and verifies a prefix of k of
+them (EVICT Eq. 10); its cost table C(k) is profiled per k on the running
+system.  :func:`prefix_unions` draws the states such a profiling run sees: a
+position (or, for a batch, one position in each of ``batch`` distinct
+requests), and for every k = 0..K the per-layer union of the experts of the
+roots and of each request's k most probable nodes (a pool smaller than k
+contributes all its nodes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _prefix_masks(trace, row: int, K: int) -> np.ndarray:
+    """``bool [K + 1, L, N]``: row k is the union of the root's and the k most probable nodes' routes."""
+    from simmoe.replay.selectors import PoolView, probability_order
+
+    g = trace.geometry
+    L, N = g.num_layers, g.num_experts
+    s = trace.pool_slice(row)
+    masks = np.zeros((K + 1, L, N), dtype=bool)
+    lay = np.arange(L)[:, None]
+    masks[0][lay, trace.root_routes[row]] = True
+    n = s.stop - s.start
+    if n:
+        view = PoolView(row=row, parents=trace.node_parent[s], levels=trace.node_level[s], p=trace.node_p[s],
+                        q=trace.node_q[s], agree=trace.node_agree[s], root_routes=trace.root_routes[row],
+                        node_routes=trace.node_routes[s], num_experts=N)
+        order = probability_order(view)[:K]
+        routes = trace.node_routes[s][order]                      # [m, L, k]
+        m = len(order)
+        one = np.zeros((m, L, N), dtype=bool)
+        one[np.arange(m)[:, None, None], lay[None], routes] = True
+        masks[1:m + 1] = np.logical_or.accumulate(one, axis=0)
+        masks[1:] |= masks[0]
+        if m < K:
+            masks[m + 1:] = masks[m]
+    else:
+        masks[1:] = masks[0]
+    return masks
+
+
+def prefix_unions(trace, K: int, *, samples: int = 256, batch: int = 1, seed: int = 0,
+                  requests: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(unions [S, K + 1, L], contexts [S])`` of ``samples`` profiled steps (module docstring).
+
+    With ``batch = 1`` the positions are spread evenly over the trace
+    (deterministic); with ``batch > 1`` each step draws ``batch`` distinct
+    requests (all of them if the trace has fewer) and one position in each,
+    from ``numpy.random.default_rng(seed)``.  ``contexts`` is the number of
+    context tokens (prompt + position) the step's attention reads, summed over
+    its requests.  O(S · batch · K · L · N).
+    """
+    R = len(trace.requests) if requests is None else min(int(requests), len(trace.requests))
+    starts = np.array([trace.request_positions(r)[0] for r in range(R)], dtype=np.int64)
+    out_len = np.asarray(trace.requests.output_len[:R], dtype=np.int64)
+    prompt = np.asarray(trace.requests.prompt_len[:R], dtype=np.int64)
+    P = int(out_len.sum())
+    L = trace.geometry.num_layers
+    if batch <= 1:
+        S = min(int(samples), P)
+        rows_all = np.unique(np.linspace(0, P - 1, S).round().astype(np.int64))
+        picks = [[int(i)] for i in rows_all]
+    else:
+        rng = np.random.default_rng(seed)
+        picks = []
+        for _ in range(int(samples)):
+            reqs = rng.choice(R, size=min(batch, R), replace=False)
+            picks.append([int(starts[r] + rng.integers(0, out_len[r])) for r in reqs])
+    pos_req = np.asarray(trace.pos_request)
+    pos_idx = np.asarray(trace.pos_index)
+    unions = np.zeros((len(picks), K + 1, L), dtype=np.float64)
+    contexts = np.zeros(len(picks), dtype=np.float64)
+    for i, rows in enumerate(picks):
+        acc = None
+        for row in rows:
+            m = _prefix_masks(trace, row, K)
+            acc = m if acc is None else (acc | m)
+            contexts[i] += prompt[pos_req[row]] + pos_idx[row]
+        unions[i] = acc.sum(axis=2)
+    return unions, contexts

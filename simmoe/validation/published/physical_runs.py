@@ -1,0 +1,218 @@
+"""The replays behind EVICT Tables 1, 2, 4 and 6–11 with the physical cost model (simmoe.hardware.physical).
+
+Workloads: EVICT-shaped synthetic traces (EVICT's pool, App. C.4) of each
+target model — Qwen3-30B-A3B, Ling-flash-2.0, Qwen3-235B-A22B and the dense
+Hunyuan-7B, with their catalogued geometry — on EVICT's six benchmarks, each
+from its synth preset (GSM8K and CNN/DM calibrated on SpecFit's figures; the
+EVICT workload presets Alpaca, HumanEval, QA and MT-Bench fitted to Qwen3-30B-A3B's
+EAGLE-3 Mat).  What may be fitted per CALIBRATION.md's EVICT section
+(``fit_in_evict_tables``) is:
+
+* EAGLE-3's Mat per (model, benchmark) except GSM8K and CNN/DM on
+  Qwen3-30B-A3B, which the presets predict.  Qwen3-30B-A3B replays the
+  presets as they are; for Ling-flash-2.0 and Qwen3-235B-A22B the workload's
+  drafting parameters are read off a curve of EAGLE-3's Mat along one path
+  through two of them — ``hard_confidence`` from 0.05 to the EVICT presets'
+  0.3 with no easy positions, then ``easy_share`` from 0 to 0.95
+  (:func:`drafting_at`; EVICT-shaped pools, drafting only, made
+  non-decreasing and interpolated); Hunyuan-7B has no published Mat and
+  replays the presets (a prediction);
+* vanilla tokens/s on QA per model and Table 6's vanilla QA row: the cost
+  model's ``step_ms`` (``physical_fit.toml``, :mod:`simmoe.hardware.physfit`).
+
+Runs at batch 1 (Tables 1, 2, 7–11): vanilla, EAGLE-3, DDD and EVICT on
+``MODEL@a100-sxm4-80gb[:tpN]`` (tensor parallelism 4 for Ling-flash-2.0 and 8
+for Qwen3-235B-A22B, EVICT App. C.4).  Table 6: vanilla, EAGLE-3 and EVICT
+at batch 4–64 with continuous batching on ``qwen3-30b-a3b@GPU~vllm-table6``
+(the GPU the Table 6 fit chose).  Run keys read ``phys/<model>/<bench>/<selector>/b<batch>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BENCHES = ("alpaca", "gsm8k", "humaneval", "qa", "mt_bench", "cnndm")
+MODELS = {  # key -> (profile, Mat table, Mat column, table of tokens/s)
+    "qwen3-30b-a3b": ("qwen3-30b-a3b@a100-sxm4-80gb", "table2_mat_qwen3_30b_a3b_t0", "eagle3",
+                      "table1_qwen3_30b_a3b_t0"),
+    "ling-flash-2.0": ("ling-flash-2.0@a100-sxm4-80gb:tp4", "table10_mat_ling_flash_2_0", "eagle3_t0",
+                       "table7_ling_flash_2_0"),
+    "qwen3-235b-a22b": ("qwen3-235b-a22b@a100-sxm4-80gb:tp8", "table11_mat_qwen3_235b_a22b", "eagle3_t0",
+                        "table8_qwen3_235b_a22b"),
+    "hunyuan-7b": ("hunyuan-7b@a100-sxm4-80gb", None, None, "table9_hunyuan_7b_dense_t0"),
+}
+BATCH1_SELECTORS = ("ar", "eagle3", "ddd", "evict")
+TABLE6_BATCHES = (4, 8, 16, 32, 64)
+TABLE6_SELECTORS = ("ar", "eagle3", "evict")
+# One path through two drafting parameters along which EAGLE-3's Mat rises: first the predictability of
+# hard positions (easy_share 0), then the share of easy positions (hard_confidence at the preset's 0.45).
+GRID = tuple(round(x, 3) for x in np.linspace(0.0, 2.0, 17))
+HARD_MIN, HARD_PRESET, EASY_MAX = 0.05, 0.3, 0.95   # 0.3: the EVICT workload presets' hard_confidence
+
+
+def drafting_at(x: float) -> dict:
+    """The drafting parameters at position ``x`` ∈ [0, 2] of the path (module docstring)."""
+    if x <= 1.0:
+        return {"easy_share": 0.0, "hard_confidence": HARD_MIN + (HARD_PRESET - HARD_MIN) * x}
+    return {"easy_share": EASY_MAX * (x - 1.0), "hard_confidence": HARD_PRESET}
+
+
+@dataclass
+class PhysicalSizes:
+    """Requests per workload (the full run; ``quick`` shrinks every one)."""
+
+    batch1: dict = field(default_factory=lambda: {"qwen3-30b-a3b": 20, "ling-flash-2.0": 10,
+                                                  "qwen3-235b-a22b": 6, "hunyuan-7b": 10})
+    table6: int = 80
+    batches: tuple = TABLE6_BATCHES
+    grid_requests: int = 12
+
+
+def sizes_for(settings) -> PhysicalSizes:
+    if settings.quick:
+        return PhysicalSizes(batch1={k: 2 for k in MODELS}, table6=8, batches=(4, 8), grid_requests=2)
+    return PhysicalSizes()
+
+
+def run_key(model: str, bench: str, selector: str, batch: int = 1) -> str:
+    return f"phys/{model}/{bench}/{selector}/b{batch}"
+
+
+def workload_name(model: str, bench: str, table6: bool = False) -> str:
+    return f"{bench}-evict-{model}" + ("-batch" if table6 else "")
+
+
+def mat_target(pub: dict, model: str, bench: str) -> float | None:
+    """EAGLE-3's Mat at temperature 0 that this module fits for (model, bench), or None.
+
+    None for Qwen3-30B-A3B (the presets: GSM8K's and CNN/DM's predict it, the
+    EVICT workload presets were fitted to it) and for Hunyuan-7B (no published
+    Mat: it replays the Qwen3-30B-A3B presets, a prediction).
+    """
+    _, table, col, _ = MODELS[model]
+    if table is None or model == "qwen3-30b-a3b":
+        return None
+    t = pub["evict"][table]
+    row = next(r for r in t["rows"] if r[0] == bench)
+    return float(row[t["columns"].index(col)])
+
+
+def mat_fitted(model: str, bench: str) -> str | None:
+    """How EAGLE-3's Mat of (model, bench) was fitted (a note), or None when it is a prediction."""
+    if model == "qwen3-30b-a3b":
+        return None if bench in ("gsm8k", "cnndm") else "fitted: the workload preset's easy_share"
+    if model == "hunyuan-7b":
+        return None
+    return "fitted: the workload's drafting parameters (physical_runs.drafting_at)"
+
+
+def _params(model: str, bench: str, position: float | None):
+    from simmoe.hardware.catalogue import load_model, with_model
+    from simmoe.synth import preset
+    from simmoe.validation.published.settings import EVICT_POOL
+
+    pr = preset(bench)
+    params, fitted = with_model(pr.params, pr.fitted_to, load_model(model), bench)
+    changes = {"pool": EVICT_POOL}
+    if position is not None:
+        changes.update(drafting_at(position))
+    note = ("then: EVICT's pool (App. C.4)"
+            + (", easy_share {easy_share:.4f} and hard_confidence {hard_confidence:.4f} fitted to EVICT's "
+               "EAGLE-3 Mat".format(**drafting_at(position)) if position is not None else ""))
+    return params.with_(**changes), fitted + (note,), bench
+
+
+def mat_curve(requests: int, log: Callable[[str], None]) -> tuple[np.ndarray, np.ndarray]:
+    """EAGLE-3's Mat (committed per cycle, EVICT's pool, K = 32) against ``easy_share``: drafting only."""
+    from simmoe.synth import generate
+    from simmoe.synth.stats import replay_eagle3
+
+    mats = []
+    for x in GRID:
+        params, _, _ = _params("ling-flash-2.0", "qa", x)
+        t = generate(params, seed=0, num_requests=requests, routes=False)
+        mats.append(replay_eagle3(t).committed_per_cycle)
+    raw = np.asarray(mats)
+    curve = np.maximum.accumulate(raw)   # sampling noise made non-decreasing
+    log(f"EAGLE-3 Mat along the drafting path ({requests} requests per point): "
+        + ", ".join(f"{x:.2f}: {m:.2f}" for x, m in zip(GRID, raw, strict=True)))
+    return np.asarray(GRID), curve
+
+
+def path_position_for(target: float, grid: np.ndarray, mats: np.ndarray) -> float:
+    """The path position whose EAGLE-3 Mat is ``target`` (linear interpolation; clamped to the curve's ends)."""
+    lo = int(np.searchsorted(mats, target, side="left"))
+    if lo == 0:
+        return float(grid[0])
+    if lo >= len(mats):
+        return float(grid[-1])
+    m0, m1 = mats[lo - 1], mats[lo]
+    f = 0.0 if m1 == m0 else (target - m0) / (m1 - m0)
+    return float(grid[lo - 1] + f * (grid[lo] - grid[lo - 1]))
+
+
+def generate_workload(model: str, bench: str, requests: int, position: float | None, seed: int):
+    from simmoe.synth import generate
+
+    params, fitted, base = _params(model, bench, position)
+    return generate(params, seed=seed, num_requests=requests, preset=base, fitted_to=fitted)
+
+
+def run_physical(settings, pub: dict, log: Callable[[str], None]):
+    """Generate the workloads, replay every run; ``(results by key, traces by name, fits)``."""
+    from simmoe.hardware.physical import load_settings
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.batch import replay_all_batched
+    from simmoe.replay.engine import ReplayConfig, replay_all
+    from simmoe.validation.published.runs import Run, RunResult, _extra
+
+    sizes = sizes_for(settings)
+    grid, mats = mat_curve(sizes.grid_requests, log)
+    fits: dict = {"mat_curve": (grid.tolist(), mats.tolist()), "position": {}}
+    results: dict[str, RunResult] = {}
+    traces: dict = {}
+
+    def replay_set(trace, name, model, bench, configs, batch, profiles):
+        runner = replay_all if batch == 1 else (lambda t, c, p, workers: replay_all_batched(t, c, p, batch,
+                                                                                            workers=workers))
+        out = runner(trace, configs, profiles, workers=settings.workers)
+        for c, res in zip(configs, out, strict=True):
+            key = run_key(model, bench, c.selector, batch)
+            run = Run(key, name, c.selector, 0, c.hardware)
+            results[key] = RunResult(run, res.summary(), _extra(res, trace.geometry.num_layers))
+
+    for model, (prof_name, _, _, _) in MODELS.items():
+        profile = load_profile(prof_name)
+        for bench in BENCHES:
+            target = mat_target(pub, model, bench)
+            x = None if target is None else path_position_for(target, grid, mats)
+            if x is not None:
+                fits["position"][(model, bench)] = (target, x)
+            n = sizes.batch1[model]
+            name = workload_name(model, bench)
+            log(f"generating {name} ({n} requests)")
+            trace = generate_workload(model, bench, n, x, settings.seed)
+            traces[name] = trace
+            configs = [ReplayConfig(selector=s, slots=0, cache="none", hardware=prof_name, selector_ms=0.0,
+                                    seed=0) for s in BATCH1_SELECTORS]
+            log(f"replaying {name}: {len(configs)} configurations on {prof_name}")
+            replay_set(trace, name, model, bench, configs, 1, {prof_name: profile})
+    vllm = load_settings().get("vllm-table6", {})
+    gpu = vllm.get("gpu", "h200")
+    prof6 = f"qwen3-30b-a3b@{gpu}~vllm-table6"
+    profile6 = load_profile(prof6)
+    fits["table6_profile"] = prof6
+    for bench in ("qa", "humaneval"):
+        name = workload_name("qwen3-30b-a3b", bench, table6=True)
+        log(f"generating {name} ({sizes.table6} requests)")
+        trace = generate_workload("qwen3-30b-a3b", bench, sizes.table6, None, settings.seed)
+        traces[name] = trace
+        configs = [ReplayConfig(selector=s, slots=0, cache="none", hardware=prof6, selector_ms=0.0, seed=0)
+                   for s in TABLE6_SELECTORS]
+        for b in sizes.batches:
+            log(f"replaying {name} at batch {b}")
+            replay_set(trace, name, "qwen3-30b-a3b", bench, configs, b, {prof6: profile6})
+    return results, traces, fits

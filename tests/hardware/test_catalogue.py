@@ -1,0 +1,165 @@
+"""The model catalogue and GPU descriptions: sizes from the fields, sources, bad files, `simmoe models`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simmoe.hardware.catalogue import (
+    CatalogueError,
+    gpu_names,
+    load_gpu,
+    load_link,
+    load_model,
+    load_models,
+)
+
+REQUIRED = ("qwen3-30b-a3b", "qwen3-235b-a22b", "ling-flash-2.0", "hunyuan-7b", "mixtral-8x7b",
+            "deepseek-v2-lite", "deepseek-v3", "olmoe-1b-7b", "gpt-oss-20b", "gpt-oss-120b", "qwen1.5-moe-a2.7b")
+# total parameters the model cards (or EVICT App. C.2) state, in billions: the catalogue's fields must give them
+STATED_TOTAL_B = {"qwen3-30b-a3b": 30.5, "qwen3-235b-a22b": 235.0, "ling-flash-2.0": 103.0, "mixtral-8x7b": 46.7,
+                  "deepseek-v2-lite": 15.7, "deepseek-v3": 671.0, "olmoe-1b-7b": 6.9, "gpt-oss-20b": 21.0,
+                  "gpt-oss-120b": 117.0, "qwen1.5-moe-a2.7b": 14.3, "hunyuan-7b": 7.5}
+
+
+def test_every_required_model_is_catalogued_with_a_source():
+    models = load_models()
+    assert set(REQUIRED) <= set(models)
+    for m in models.values():
+        assert m.source.startswith(("http", "config.json", "defaults")) or "config.json" in m.source
+        assert all(f in m.to_dict() for f in m.unverified)
+
+
+@pytest.mark.parametrize("key", sorted(STATED_TOTAL_B))
+def test_fields_give_the_stated_parameter_count(key):
+    assert load_model(key).total_params / 1e9 == pytest.approx(STATED_TOTAL_B[key], rel=0.03)
+
+
+def test_qwen3_30b_expert_bytes_are_specfits():
+    m = load_model("qwen3-30b-a3b")
+    assert m.expert_bytes == 3 * 2048 * 768 * 2 == 9_437_184
+    assert m.kv_bytes_per_token == 48 * 2 * 4 * 128 * 2
+
+
+def test_geometries_are_valid_traces_geometries():
+    for m in load_models().values():
+        g = m.geometry()
+        assert g.layer_problem() is None
+        assert g.num_layers == len(m.moe_layers)
+        if m.first_dense_layers:
+            assert g.moe_layers[0] == m.first_dense_layers and g.decoder_layers == m.decoder_layers
+    dense = load_model("hunyuan-7b").geometry()
+    assert (dense.num_experts, dense.top_k, dense.num_layers) == (1, 1, 32)
+
+
+def test_lookup_by_name_and_hf_id():
+    assert load_model("Qwen/Qwen3-30B-A3B-Instruct-2507").key == "qwen3-30b-a3b"
+    assert load_model("gpt-oss-20b").key == "gpt-oss-20b"
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(CatalogueError, match="known: qwen3-30b-a3b"):
+        load_model("qwen9")
+    with pytest.raises(CatalogueError, match="known: a100-sxm4-80gb"):
+        load_gpu("b200")
+    with pytest.raises(CatalogueError, match="known: pcie4-x16"):
+        load_link("ethernet")
+
+
+def test_gpus_have_positive_peaks_and_sources():
+    assert {"a100-sxm4-80gb", "a100-pcie-40gb", "h100-sxm", "h200", "rtx4090"} <= set(gpu_names())
+    for name in gpu_names():
+        g = load_gpu(name)
+        assert g.hbm_gbps > 0 and g.bf16_tflops > 0 and g.sources
+        load_link(g.host_link)
+
+
+GOOD = """
+[tiny]
+name = "Tiny"
+hf_id = "x/tiny"
+source = "hand-written"
+architecture = "test"
+decoder_layers = 4
+first_dense_layers = 1
+num_experts = 8
+top_k = 2
+shared_intermediate = 0
+hidden_size = 64
+moe_intermediate_size = 32
+intermediate_size = 128
+attention = "gqa"
+num_attention_heads = 4
+num_key_value_heads = 2
+head_dim = 16
+vocab_size = 100
+tie_word_embeddings = false
+dtype = "bf16"
+expert_dtype = "bf16"
+"""
+
+
+def test_a_geometry_file_loads_and_its_sizes_follow_the_fields(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text(GOOD)
+    m = load_model(str(path))
+    assert m.expert_bytes == 3 * 64 * 32 * 2
+    assert m.moe_layers == (1, 2, 3)
+    assert m.dense_bytes == 2 * (4 * (64 * 64 + 2 * 64 * 32 + 64 * 64) + 3 * 64 * 128 + 3 * 64 * 8 + 2 * 100 * 64)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("hidden_size = 64\n", ""), "missing field 'hidden_size'"),
+    (("top_k = 2", "top_k = -2"), "'top_k' must be >= 0"),
+    (("top_k = 2", "top_k = 9"), "exceeds num_experts"),
+    (("vocab_size = 100", "vocab_size = 0"), "'vocab_size' must be > 0"),
+    (("head_dim = 16", "head_dim = 1.5"), "must be an integer"),
+    (('dtype = "bf16"\nexpert', 'dtype = "fp3"\nexpert'), "must be one of"),
+    (("architecture", "colour = 1\narchitecture"), "unknown field 'colour'"),
+])
+def test_bad_geometry_files_are_one_line_errors(tmp_path, edit, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(GOOD.replace(*edit, 1))
+    with pytest.raises(CatalogueError, match=message) as exc:
+        load_model(str(path))
+    assert "\n" not in str(exc.value)
+
+
+def test_cli_lists_models_and_gpus(capsys):
+    from simmoe.cli import main
+
+    assert main(["models", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(REQUIRED) <= set(data) and data["qwen3-30b-a3b"]["derived"]["expert_bytes"] == 9_437_184
+    assert main(["models", "--gpus"]) == 0
+    assert "h200" in capsys.readouterr().out
+    assert main(["models", "ling-flash-2.0"]) == 0
+    assert "(unverified)" in capsys.readouterr().out
+
+
+def test_cli_bad_model_or_file_exits_2_with_one_line(tmp_path, capsys):
+    from simmoe.cli import main
+
+    assert main(["models", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "known:" in err[0]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(GOOD.replace("top_k = 2", "top_k = -1"))
+    assert main(["models", str(bad)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_synth_model_writes_that_geometry_and_says_so(tmp_path):
+    from simmoe.cli import main
+    from simmoe.trace.io import read_trace
+
+    out = tmp_path / "t.parquet"
+    assert main(["synth", "--preset", "gsm8k", "--requests", "1", "--model", "deepseek-v2-lite", "--out", str(out),
+                 "--no-progress"]) == 0
+    t = read_trace(out)
+    g = t.geometry
+    assert (g.num_layers, g.num_experts, g.top_k, g.decoder_layers) == (26, 64, 6, 27)
+    assert t.is_synthetic
+    assert any("DeepSeek-V2-Lite" in f and "carried over" in f for f in t.meta["provenance"]["fitted_to"])
+    assert main(["synth", "--preset", "gsm8k", "--model", "nope", "--out", str(out), "--no-progress"]) == 2

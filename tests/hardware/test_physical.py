@@ -1,0 +1,173 @@
+"""The physical cost model: roofline arithmetic, the derived SpecFit costs, profiles, EVICT's profiled C(k)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simmoe.errors import ProfileError
+from simmoe.hardware.catalogue import load_gpu, load_model
+from simmoe.hardware.physical import (
+    Overheads,
+    PhysicalModel,
+    build_profile,
+    evict_cost_from_unions,
+    load_settings,
+    parse_spec,
+)
+
+QWEN = load_model("qwen3-30b-a3b")
+A100 = load_gpu("a100-sxm4-80gb")
+
+
+def plain(model=QWEN, gpu=A100, tp=1, **kw):
+    return PhysicalModel(model, gpu, tp=tp, overheads=Overheads(**kw))
+
+
+def test_one_token_forward_is_the_weights_read_at_hbm_bandwidth():
+    """Memory-bound: every dense weight plus top-8 experts per layer, the LM head once, at 2,039 GB/s."""
+    p = plain()
+    t = p.forward_ms(1, 8.0)
+    heads = QWEN.vocab_size * QWEN.hidden_size * 2
+    layers = QWEN.dense_bytes - 2 * heads
+    want = (layers + 48 * 8 * QWEN.expert_bytes + heads) / (A100.hbm_gbps * 1e9) * 1e3
+    assert t == pytest.approx(want, rel=1e-12)
+
+
+@settings(max_examples=40)
+@given(n=st.integers(1, 4000), u=st.floats(0, 128), du=st.floats(0, 20), dn=st.integers(0, 500),
+       kv=st.floats(0, 1e5))
+def test_forward_time_never_falls_with_more_tokens_experts_or_context(n, u, du, dn, kv):
+    p = plain()
+    base = p.forward_ms(n, u, kv, n * kv)
+    assert p.forward_ms(n + dn, u, kv, (n + dn) * kv) >= base
+    assert p.forward_ms(n, min(u + du, 128.0), kv, n * kv) >= base
+    assert p.forward_ms(n, u, 2 * kv, 2 * n * kv) >= base
+
+
+def test_roofline_switches_to_compute_with_many_tokens():
+    p = plain(compute_efficiency=1.0)
+    small = p.forward_ms(4, 128.0) - p.forward_ms(2, 128.0)
+    assert small == pytest.approx(0.0, abs=1e-9)                 # memory-bound: tokens are free
+    big = p.forward_ms(20_000, 128.0) - p.forward_ms(10_000, 128.0)
+    flops = 10_000 * (p.tok_flops.sum() + p.head_flops)
+    assert big == pytest.approx(flops / (A100.bf16_tflops * 1e12) * 1e3, rel=1e-9)
+
+
+def test_tensor_parallelism_divides_reads_and_adds_two_all_reduces_per_layer():
+    ling = load_model("ling-flash-2.0")
+    one, four = plain(ling), plain(ling, tp=4)
+    layers1 = one.layer_ms(1, 8.0)
+    layers4 = four.layer_ms(1, 8.0)
+    ring = 2 * 3 / 4 * 2 * ling.hidden_size / (A100.interconnect_gbps * 1e9) * 1e3
+    ar = 2 * (A100.allreduce_latency_us * 1e-3 + ring)
+    assert layers4 == pytest.approx(layers1 / 4 + ar, rel=1e-9)
+
+
+def test_specfit_cost_model_is_exact_while_memory_bound():
+    """b_|S| + βF(S) equals the physical cycle for any per-layer unions at batch 1 (brute force over unions)."""
+    p = plain(forward_ms=0.25, step_ms=1.5)
+    b, beta = p.cost_model(8, levels=3)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        j = int(rng.integers(0, 9))
+        union = rng.integers(8, 60, size=48).astype(float)
+        cycle = p.forward_ms(1 + j, union) + p.draft_ms(3) + 1.5
+        assert b[j] + beta * union.sum() == pytest.approx(cycle, rel=1e-12)
+    assert beta == pytest.approx(QWEN.expert_bytes / (A100.hbm_gbps * 1e9) * 1e3, rel=1e-12)
+
+
+def test_dense_model_reads_its_mlp_once_per_forward():
+    hy = load_model("hunyuan-7b")
+    p = plain(hy)
+    assert p.L_moe == 32
+    assert p.forward_ms(5, 1.0) == pytest.approx(plain(hy).forward_ms(1, 1.0))
+
+
+def test_evict_cost_is_drafting_plus_the_mean_forward_over_states():
+    p = plain(forward_ms=1.0)
+    rng = np.random.default_rng(1)
+    unions = np.sort(rng.integers(8, 40, size=(5, 4, 48)), axis=1).astype(float)
+    ctx = rng.integers(100, 500, size=5).astype(float)
+    c = evict_cost_from_unions(p, unions, 1 + np.arange(4), ctx, levels=4)
+    for k in range(1, 4):
+        want = p.draft_ms(4) + np.mean([p.forward_ms(1 + k, unions[s, k], ctx[s], (1 + k) * ctx[s])
+                                        for s in range(5)])
+        assert c[k - 1] == pytest.approx(want, rel=1e-12)
+
+
+def test_profile_names_resident_and_offload():
+    r = build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
+    assert r.resident and r.physical is not None and r.num_layers == 48 and len(r.cost_b_cache) == 65
+    o = build_profile("qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16")
+    assert not o.resident and o.copies_in_flight == 2
+    assert o.copy_ms / 2 == pytest.approx(QWEN.expert_bytes / 24.8e9 * 1e3)
+    assert o.effective_copy_ms >= o.link_ms_per_expert * (1 - 1e-9)
+    t = build_profile("ling-flash-2.0@a100-sxm4-80gb:tp4")
+    assert t.physical.tp == 4 and t.num_layers == 31
+    assert parse_spec("a@b:tp8+c~d") == {"model": "a", "gpu": "b", "tp": 8, "link": "c", "setting": "d"}
+
+
+@pytest.mark.parametrize("name, message", [
+    ("qwen3-30b-a3b@b200", "unknown GPU 'b200'; known"),
+    ("qwen9@h200", "unknown model 'qwen9'; known"),
+    ("qwen3-30b-a3b@h200+usb", "unknown host link"),
+    ("qwen3-30b-a3b@h200:tpx", "bad physical profile name"),
+    ("qwen3-30b-a3b@h200~nope", "unknown cost-model setting"),
+])
+def test_bad_profile_names_are_one_line_errors(name, message):
+    from simmoe.hardware.profile import load_profile
+
+    with pytest.raises(Exception, match=message) as exc:
+        load_profile(name)
+    assert "\n" not in str(exc.value)
+
+
+def test_shipped_toml_profiles_have_no_physical_model():
+    from simmoe.hardware.profile import list_profiles, load_profile
+
+    for name in list_profiles():
+        assert load_profile(name).physical is None
+
+
+def test_fitted_settings_are_in_bounds_and_name_what_they_were_fitted_to():
+    s = load_settings()
+    assert {"sglang-a100", "vllm-table6"} <= set(s)
+    for setting in s.values():
+        assert 0 < setting["efficiency"] <= 1 and setting["forward_ms"] >= 0
+        assert "Table 4" in setting["fitted_to"]
+        assert all(v >= 0 for v in setting["step_ms"].values())
+    assert set(s["sglang-a100"]["step_ms"]) == {"qwen3-30b-a3b", "ling-flash-2.0", "qwen3-235b-a22b", "hunyuan-7b"}
+
+
+def test_vanilla_qa_is_reproduced_where_it_was_fitted():
+    """step_ms + the one-token forward = 1000 / vanilla tok/s (unless the fit had to clip step_ms at 0)."""
+    from simmoe.hardware.physfit import vanilla_qa
+    from simmoe.report.published import PUBLISHED
+
+    s = load_settings()["sglang-a100"]
+    for key in ("qwen3-30b-a3b", "ling-flash-2.0", "qwen3-235b-a22b"):
+        tp = {"ling-flash-2.0": ":tp4", "qwen3-235b-a22b": ":tp8"}.get(key, "")
+        prof = build_profile(f"{key}@a100-sxm4-80gb{tp}")
+        m = prof.physical
+        step = s["step_ms"][key] + m.forward_ms(1, float(m.model.trace_top_k), 300.0, 300.0)
+        assert 1000 / step == pytest.approx(vanilla_qa(PUBLISHED, key), rel=1e-4)
+
+
+def test_bad_overheads_are_refused():
+    with pytest.raises(ProfileError, match="efficiency"):
+        plain(efficiency=1.5)
+    with pytest.raises(ProfileError, match="tensor parallelism"):
+        PhysicalModel(QWEN, A100, tp=0)
+
+
+@pytest.mark.slow
+def test_physfit_reproduces_the_shipped_fit(tmp_path):
+    from simmoe.hardware.physfit import main
+    from simmoe.hardware.physical import FIT_FILE
+
+    out = tmp_path / "fit.toml"
+    assert main(["--out", str(out), "--quiet"]) == 0
+    assert out.read_text() == FIT_FILE.read_text()
