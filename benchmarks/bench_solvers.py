@@ -2,7 +2,9 @@
 
 Run:  python benchmarks/bench_solvers.py [--quick] [--seed S] [--pools N] [--today N] [--cap S]
 
-Prints the median and p99 per call (and the max where a tail matters) of:
+Prints the median and p99 per call (and the max where a tail matters) of wall-clock
+time, and for ``select_exact`` on the larger pools also the process CPU time (less
+sensitive to other jobs on a shared machine), of:
 
 * ``Pool.from_routes``; exact selection on SpecFit's 18-node pools (top-2
   expansion, depth 5, 48 layers x 128 experts, top-8 routes with parent-child
@@ -145,10 +147,12 @@ def same(a, b) -> bool:
 
 def compare(label: str, pools: list[Pool], K: int, cost: CostModel, today: int, cap: float):
     """``select_exact`` on every pool; today's search on the first ``today`` of them."""
-    t_new, sizes, exact = [], [], 0
+    t_new, cpu_new, sizes, exact = [], [], [], 0
     t_old, ratios, finished = [], [], 0
     for i, pool in enumerate(pools):
+        c0 = time.process_time()
         dt, sel = timed(select_exact, fresh(pool), K, cost)
+        cpu_new.append(time.process_time() - c0)
         t_new.append(dt)
         sizes.append(len(sel.nodes))
         exact += sel.exact
@@ -164,6 +168,7 @@ def compare(label: str, pools: list[Pool], K: int, cost: CostModel, today: int, 
     print(f"{label}")
     print(f"    select_exact:   {stats(t_new, tail=True)}  mean selected {np.mean(sizes):.1f}"
           f"  exact {exact}/{len(pools)}")
+    print(f"      (process CPU time: {stats(cpu_new, tail=True)})")
     if t_old:
         bound = finished < len(t_old)
         print(f"    today's search: median {fmt(statistics.median(t_old) * 1e6)}"

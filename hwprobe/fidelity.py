@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no such folder {out_dir}", file=sys.stderr)
         return 2
     device = pick_device(args.device)
-    tag = "cpu" if device.type != "cuda" else re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
+    tag = "cpu" if device.type != "cuda" else re.sub(
+        r"[^a-z0-9]+", "-", torch.cuda.get_device_name(device).lower()).strip("-")
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="fidelity-"))
     work.mkdir(parents=True, exist_ok=True)
     model, model_text = _model_args()
@@ -266,7 +267,8 @@ def _report(results, one_pass, val_runs, profile, cost, trace, model_text, devic
         "",
         f"- date: {started.isoformat(timespec='seconds')}; wall time of the whole command: {elapsed / 60:.1f} min",
         f"- device: {device}; torch on 1 thread; cycles timed by "
-        f"{'the thread CPU time (other jobs on the shared machine do not count)' if meta.get('clock') == 'cpu' else 'the wall clock'}",
+        + ("the thread CPU time (other jobs on the shared machine do not count)"
+           if meta.get('clock') == 'cpu' else "the wall clock"),
         f"- load average (1/5/15 min) before: {load_before}; after: {load_after} "
         "(a shared 2-core machine: other jobs ran meanwhile)",
         f"- model: {model_text}; {g.num_layers} MoE layers, {g.num_experts} experts, top-{g.top_k}, "
@@ -294,7 +296,8 @@ def _report(results, one_pass, val_runs, profile, cost, trace, model_text, devic
         f"| token_ms (per verified token beyond the root) | {profile.token_ms:.4g} |",
         f"| expert_ms (per executed expert, per layer) | {profile.expert_ms:.4g} |",
         f"| copy_ms (per expert copy; memcpy on the compute thread, no overlap) | {profile.copy_ms:.4g} |",
-        f"| draft_fixed_ms + draft_level_ms × levels | {profile.draft_fixed_ms:.4g} + {profile.draft_level_ms:.4g} × d |",
+        f"| draft_fixed_ms + draft_level_ms × levels | {profile.draft_fixed_ms:.4g} + "
+        f"{profile.draft_level_ms:.4g} × d |",
         f"| commit_ms | {profile.commit_ms:.4g} |",
         "",
         "SpecFit's cost model (Eq. 4) for `specfit`, derived from the event model fitted to the AR and "

@@ -250,7 +250,8 @@ def _grow_timed(drafter, context, spec: PoolSpec, sync, now, stamps=None) -> tup
     """The full pool, and each level's drafting time on the clock ``now`` (ms); ``stamps()`` marks each level."""
     pool, level_ms = Pool(), []
     t = now()
-    for pool in grow_pool(drafter, context, spec, sync):
+    for grown in grow_pool(drafter, context, spec, sync):
+        pool = grown
         t1 = now()
         level_ms.append((t1 - t) * 1e3)
         t = t1
@@ -263,9 +264,14 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
                  dataset: str, row0: int, settings: LiveSettings, spec: PoolSpec, num_experts: int,
                  route_dtype, predictor, eos=None, check: bool = True, progress=None,
                  clock: str = "auto", timeline=None) -> LiveRequest:
-    """Decode one request speculatively, measuring every cycle (module docstring) with ``clock`` (:func:`pick_clock`)."""
+    """Decode one request speculatively, measuring every cycle (module docstring).
+
+    Cycles are timed with ``clock`` (:func:`pick_clock`).
+    """
     device = next(model.parameters()).device
-    sync = (lambda: synchronize(device))
+
+    def sync():
+        return synchronize(device)
     feats = getattr(drafter, "needs_features", False)
     n_limit = settings.max_new_tokens
     if settings.max_total_tokens is not None:
@@ -295,7 +301,7 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
         if sampled:                                         # output position 0, drawn at the temperature
             root = sample_token(out.logits[0, -1], settings.temperature, settings.sampling_seed, key, 0)
         pr = rec.pop()
-        prefill_union = int(sum(len(np.unique(pr[:, l])) for l in range(pr.shape[1])))
+        prefill_union = int(sum(len(np.unique(pr[:, layer])) for layer in range(pr.shape[1])))
         snap = backend.collect()
         pre_hits, pre_copies = list(snap.hits), list(snap.copies)
         carry = [sum(snap.useful), sum(snap.wasted)]      # prefetches the prefill used or dropped: first cycle's

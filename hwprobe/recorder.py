@@ -101,7 +101,7 @@ def check_room(prompts, encoded, max_total_tokens: int | None) -> None:
 
 def union_size(routes: np.ndarray) -> int:
     """Σ_ℓ |⋃ rows' experts in layer ℓ| for routes ``[rows, L, k]`` (Eq. 1)."""
-    return int(sum(len(np.unique(routes[:, l])) for l in range(routes.shape[1])))
+    return int(sum(len(np.unique(routes[:, layer])) for layer in range(routes.shape[1])))
 
 
 def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id: str, dataset: str,
@@ -119,7 +119,10 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
 
     key = key_of(request_id)
     device = next(model.parameters()).device
-    sync = (lambda: synchronize(device))
+
+    def sync():
+        return synchronize(device)
+
     feats = getattr(drafter, "needs_features", False)
     n_new = max_new_tokens
     if max_total_tokens is not None:
@@ -139,8 +142,8 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
             root = sample_token(out.logits[0, -1], temperature, sampling_seed, key, 0)
         pr = rec.pop()
         prefill_union = np.zeros((pr.shape[1], num_experts), dtype=bool)
-        for l in range(pr.shape[1]):
-            prefill_union[l, np.unique(pr[:, l])] = True
+        for layer in range(pr.shape[1]):
+            prefill_union[layer, np.unique(pr[:, layer])] = True
         prefill_copies = backend.collect().total_copies
         if feats:
             drafter.observe(list(prompt_ids), out)
@@ -177,13 +180,19 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
             rows["root_token"].append(root)
             rows["root_routes"].append(routes[0])
             rows["node_count"].append(len(pool))
-            rows["parent"] += pool.parent; rows["level"] += pool.level; rows["token"] += pool.token
-            rows["q"] += pool.q; rows["p"] += pool.p; rows["agree"].append(v.agree)
-            rows["tprob"].append(tprob); rows["routes"].append(routes[1:])
+            rows["parent"] += pool.parent
+            rows["level"] += pool.level
+            rows["token"] += pool.token
+            rows["q"] += pool.q
+            rows["p"] += pool.p
+            rows["agree"].append(v.agree)
+            rows["tprob"].append(tprob)
+            rows["routes"].append(routes[1:])
             lm = np.zeros(spec.depth, np.float32)
             lm[: len(pool.level_ms)] = pool.level_ms
             rows["draft"].append(lm)
-            rows["verify"].append(verify_ms); rows["union"].append(union_size(routes))
+            rows["verify"].append(verify_ms)
+            rows["union"].append(union_size(routes))
             rows["copies"].append(snap.total_copies)
             if len(rows["copy_ms"]) < 1000:
                 rows["copy_ms"] += snap.copy_ms[: 1000 - len(rows["copy_ms"])]

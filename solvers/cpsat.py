@@ -39,38 +39,18 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from solvers.cost import CostModel, Selection, check_K, evaluate
-from solvers.pool import Pool
+from solvers.pool import Pool, holder_classes
 
-__all__ = ["select_exact_cpsat", "finish_exact", "count_classes"]
+__all__ = ["select_exact_cpsat", "finish_exact"]
 
 _ENUMERATION_CAP = 20_000      # subtrees one enumeration may return before it gives up
-
-
-def _holder_patterns(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct columns of the node × mask-bit matrix (bool [classes, n]) and counts."""
-    n = pool.n
-    nb = max(1, (max((m.bit_length() for m in pool.masks), default=0) + 7) // 8)
-    raw = b"".join(m.to_bytes(nb, "little") for m in pool.masks)
-    member = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(n, nb), axis=1,
-                           bitorder="little").astype(bool)
-    member = member[:, member.any(axis=0)]
-    # one row of packed bytes per mask bit, compared as opaque records
-    rows = np.ascontiguousarray(np.packbits(member.T, axis=1))
-    keys = rows.view(np.dtype((np.void, rows.shape[1]))).ravel()
-    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
-    return member.T[first], counts
-
-
-def count_classes(pool: Pool) -> int:
-    """The number of pair classes of the model (O(n·U) numpy work)."""
-    return int(_holder_patterns(pool)[1].size) if pool.n else 0
 
 
 def _pair_classes(pool: Pool) -> list[tuple[tuple[int, ...], int]]:
     """(holders, size) of every class of mask bits routed to by the same nodes."""
     if not pool.n:
         return []
-    patterns, counts = _holder_patterns(pool)
+    patterns, counts = holder_classes(pool)
     return [(tuple(int(v) for v in np.flatnonzero(row)), int(c))
             for row, c in zip(patterns, counts, strict=True)]
 

@@ -59,8 +59,9 @@ largest ŵ over the ids >= j (the next child):
     value(S ∪ X) <= 1 − λβF_0 + A(S) + min(P − min_t b̃_{s+t}, max_t G_j(t) − b̃_{s+t}),
 
 b̃_k = λb_k − μk, t = 1..K − s.  Beside it, the credit bound of
-:mod:`solvers.exact` from the state's exact value (its sorted variant is
-dropped once it has pruned nothing in ``_CREDIT_TRIAL`` tries).  In the ratio
+:mod:`solvers.exact` from the state's exact value.  Either sorted variant is
+dropped once it prunes less than once in 64 calls (after ``_SORTED_TRIAL``):
+skipping a bound never changes the answer.  In the ratio
 problem λ is the incumbent ratio, and when it rises the stale ŵ still bound
 (a larger λ only adds (λ − λ_0)β|P(S ∪ X)| >= (λ − λ_0)β|P(S)| to the pair
 costs, which the bound subtracts).
@@ -69,9 +70,10 @@ Outer loop.  Dinkelbach (App. A.1) over the closures: λ = ratio of the
 incumbent; the cut at (λ, μ) is a candidate when it has at most K nodes;
 μ starts at λ × (least-squares slope of b_0..b_K).  When the size limit binds
 (the cut is larger than K), μ is raised along the lines of the Lagrangian
-dual (a secant search on the nested cuts) until the cut has at most K nodes;
-larger cuts are cut back to K nodes by dropping leaves of smallest ŵ.  The
-incumbent ratio only rises.  The final flow, centred on the incumbent, gives
+dual (a secant search on the nested cuts, the next λ starting from the last
+bracket) until the cut has at most K nodes; larger cuts are cut back to K
+nodes greedily.  The incumbent ratio only rises; a rise below
+``_DINKELBACH_REL`` keeps μ.  The final flow, centred on the incumbent, gives
 the ŵ of the search.
 
 Where the gap stays open (more than ``_SEARCH_STATES`` search states), the
@@ -117,7 +119,7 @@ from solvers.exact import (
     _selection,
     search_view,
 )
-from solvers.pool import Pool
+from solvers.pool import Pool, holder_classes
 
 __all__ = ["lagrangian_ratio", "lagrangian_linear", "run_from"]
 
@@ -126,9 +128,9 @@ _SCALE = float(2 ** 50)
 _EPS = 2.0 ** -20            # strict complementarity shift (value units; R̂ >= 1)
 _ROUNDS = (4.0,)             # caps of the penalty rounds, in units of c (None: no cap)
 _MAX_OUTER = 30              # secant steps on μ (each narrows the bracket)
-_DINKELBACH_REL = 1e-6       # a smaller rise of the ratio is left to the search (stale ŵ bound)
+_DINKELBACH_REL = 1e-3       # a smaller rise of the ratio keeps μ (one more flow, centred)
 _CLOCK_EVERY = 64            # search states between two looks at the clock
-_CREDIT_TRIAL = 16           # sorted credit bounds tried before one must have pruned
+_SORTED_TRIAL = 16           # sorted bounds tried before they must prune (1 in 64) to stay
 _SEARCH_STATES = 10_000      # search states before CP-SAT may take over (solvers.cpsat)
 _CPSAT_CLASSES = 400         # ... when its model has at most this many pair classes
 
@@ -441,8 +443,14 @@ def _lagrange(st: _State, lam: float, slope: float,
     cov = _cover(pool)
     beta = cost.beta
     mu = lam * slope
-    center = st.inc[3]
-    fl = _Flow(cov, pool, lam, beta, mu, center)
+    if hint is not None and hint[1] > mu:
+        # the size limit bound at the last λ: where it ended, the cut had K nodes or fewer
+        fl = _Flow(cov, pool, lam, beta, hint[1], st.inc[3])
+        if fl.cut:
+            st.offer(fl.cut)
+        if len(fl.cut) == K:
+            return fl, hint            # a dual optimum (|S(μ)| = K): nothing to narrow
+    fl = _Flow(cov, pool, lam, beta, mu, st.inc[3])
     if len(fl.cut) <= K:
         if fl.cut:
             st.offer(fl.cut)
@@ -456,10 +464,10 @@ def _lagrange(st: _State, lam: float, slope: float,
     # first probes: the last step's bracket, else the μ at which about K nodes keep a
     # positive weight
     if hint is not None:
-        probes = [hint[1], hint[0]]
+        probes = [hint[0]]
     else:
         q = np.sort(cov.probs - c * cov.alone)[::-1]
-        probes = [float(q[K])] if K < q.size else []
+        probes = [float(q[K])] if q.size > K else []
     last = lo
     for _ in range(_MAX_OUTER):
         x = probes.pop(0) if probes else math.nan
@@ -480,7 +488,7 @@ def _lagrange(st: _State, lam: float, slope: float,
             if mid.cut:
                 st.offer(mid.cut)
             if len(mid.cut) == K or (secant and mid.cut == hi_cut):
-                break
+                return mid, (lo.mu, mid.mu)
             hi_mu, hi_value, hi_cut = mid.mu, mid.value, mid.cut
     return last, (lo.mu, hi_mu)
 
@@ -516,8 +524,10 @@ def _search(st: _State, what: list[float], lam0: float, mu0: float) -> None:
             cpos[u] += cpos[v]
             ccnt[u] += ccnt[v]
     corder = np.argsort(-np.asarray(ac), kind="stable").tolist()
-    # the sorted credit bound is dropped once it has pruned nothing in _CREDIT_TRIAL calls
-    ctrial = [0, 0]     # calls, prunes
+    # either sorted bound is dropped once it prunes less than once in 64 calls (after
+    # _SORTED_TRIAL calls): skipping a bound never changes the answer
+    gtrial = [0, 0]     # calls, prunes
+    ctrial = [0, 0]
     target = 0.0 if ratio_mode else inc[0]
     btil: list[float] = []
     bmin: list[float] = []
@@ -622,9 +632,12 @@ def _search(st: _State, what: list[float], lam0: float, mu0: float) -> None:
         for idx, j in enumerate(frontier):
             if base + ps - bmin[s] < floor or own + qs - blmin[s] < floor:
                 return      # the reachable sets only shrink with j
-            if (sorted_helps or pc > room) and base + gain(j, s) < floor:
-                return
-            if qc > room and ctrial[0] < _CREDIT_TRIAL + 64 * ctrial[1]:
+            if (sorted_helps or pc > room) and gtrial[0] < _SORTED_TRIAL + 64 * gtrial[1]:
+                gtrial[0] += 1
+                if base + gain(j, s) < floor:
+                    gtrial[1] += 1
+                    return
+            if qc > room and ctrial[0] < _SORTED_TRIAL + 64 * ctrial[1]:
                 ctrial[0] += 1
                 if own + cgain(j, s) < floor:
                     ctrial[1] += 1
@@ -710,7 +723,9 @@ def run_from(pool: Pool, K: int, cost: CostModel, lam: float | None, inc: list,
     while ratio_mode and st.inc[0] > lam_now * (1.0 + _DINKELBACH_REL):
         lam_now = st.inc[0]           # Dinkelbach: the ratio rose, linearise again
         fl, bracket = _lagrange(st, lam_now, slope, bracket)
-    if fl.center != st.inc[3]:
+    if fl.center != st.inc[3] or (ratio_mode and st.inc[0] != lam_now):
+        # centre the flow on the incumbent (a smaller rise of the ratio: at the same μ)
+        lam_now = st.inc[0] if ratio_mode else lam_now
         fl = _Flow(_cover(pool), pool, lam_now, cost.beta, fl.mu, st.inc[3])
     fl.penalize()
     what = fl.weights()
@@ -784,8 +799,6 @@ def _cpsat_pool(st: _State, what: list[float], lam: float,
                 mu: float) -> tuple[Pool, list[int]] | None:
     """The pool cut to the :func:`_useful` nodes and their ids, when its CP-SAT model has at
     most ``_CPSAT_CLASSES`` pair classes; None otherwise."""
-    from solvers.cpsat import count_classes   # OR-Tools' CP-SAT: a slow import
-
     pool = st.pool
     ids = np.flatnonzero(_useful(st, what, lam, mu)).tolist()
     if len(ids) == pool.n:
@@ -796,14 +809,14 @@ def _cpsat_pool(st: _State, what: list[float], lam: float,
                    tuple(pool.probs[v] for v in ids), tuple(pool.levels[v] for v in ids),
                    pool.num_layers, pool.num_experts, pool.root_count,
                    tuple(pool.masks[v] for v in ids))
-    if sub.n and count_classes(sub) > _CPSAT_CLASSES:
+    if sub.n and holder_classes(sub)[1].size > _CPSAT_CLASSES:
         return None
     return sub, ids
 
 
 def _cpsat(st: _State, sub: Pool, ids: list[int]) -> tuple[str, float | None]:
     """:func:`solvers.cpsat.finish_exact` on ``sub`` (ids: the pool's ids of its nodes)."""
-    from solvers.cpsat import finish_exact
+    from solvers.cpsat import finish_exact  # OR-Tools' CP-SAT: a slow first import
 
     if not sub.n:
         return "exact", None        # nothing can beat the incumbent

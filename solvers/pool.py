@@ -21,7 +21,7 @@ import numpy as np
 
 from solvers.errors import InvalidInput
 
-__all__ = ["Pool"]
+__all__ = ["Pool", "holder_classes"]
 
 
 def _as_int_array(name: str, value, ndim: int) -> np.ndarray:
@@ -321,3 +321,19 @@ class Pool:
     def __repr__(self) -> str:
         return (f"Pool(n={self.n}, depth={self.depth}, layers={self.num_layers}, "
                 f"experts={self.num_experts}, root_count={self.root_count})")
+
+
+def holder_classes(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+    """The classes of mask bits routed to by the same nodes: the distinct columns of the
+    node × mask-bit matrix (bool [classes, n]) and their sizes.  O(n·U) numpy work."""
+    n = pool.n
+    nb = max(1, (max((m.bit_length() for m in pool.masks), default=0) + 7) // 8)
+    raw = b"".join(m.to_bytes(nb, "little") for m in pool.masks)
+    member = np.unpackbits(np.frombuffer(raw, dtype=np.uint8).reshape(n, nb), axis=1,
+                           bitorder="little").astype(bool)
+    member = member[:, member.any(axis=0)]
+    # one row of packed bytes per mask bit, compared as opaque records
+    rows = np.ascontiguousarray(np.packbits(member.T, axis=1))
+    keys = rows.view(np.dtype((np.void, rows.shape[1]))).ravel()
+    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    return member.T[first], counts

@@ -40,7 +40,8 @@ def register(sub) -> None:
     p.add_argument("--hardware", default="a100-pcie-40gb", help="profile to start from (name or .toml path)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the refitted profile (.toml)")
     p.add_argument("--name", help="name of the new profile (default: the output file's stem)")
-    p.add_argument("--kmax", type=int, default=None, help="largest node count k to fit b_k for (default: largest in the probes)")
+    p.add_argument("--kmax", type=int, default=None,
+                   help="largest node count k to fit b_k for (default: largest in the probes)")
     p.add_argument("--free", default=DEFAULT_FREE, help=f"--trace: parameters to fit (default {DEFAULT_FREE})")
     p.add_argument("--slots", type=int, default=48, help="--trace: cache slots of the cached rows (default 48)")
     p.add_argument("--max-evaluations", type=int, default=60,
@@ -120,7 +121,8 @@ def _fit_trace(args, base, name):
     except SimmoeError as exc:
         raise SimmoeError(f"trace {args.trace}: {exc}") from None
     lines = [f"{k} = {v:.6g}" for k, v in fit.params.items() if k in free]
-    lines += [f"{q}: {fit.predicted[q]:.1f} ms vs {fit.targets[q]:.1f} ({100 * fit.rel_err[q]:+.2f}%)" for q in fit.targets]
+    lines += [f"{q}: {fit.predicted[q]:.1f} ms vs {fit.targets[q]:.1f} ({100 * fit.rel_err[q]:+.2f}%)"
+              for q in fit.targets]
     verdict = (f"converged after {fit.evaluations} replays" if fit.success
                else f"NOT CONVERGED ({fit.message}; {fit.evaluations} replays)")
     if not fit.success and not args.allow_unconverged:

@@ -90,7 +90,8 @@ def render(stats: dict, console: Console, *, per_layer: bool = False) -> None:
     kv = Table(title=f"Trace {stats.get('file', '')}", show_header=False, title_justify="left")
     kv.add_column(style="bold")
     kv.add_column()
-    kv.add_row("provenance", ", ".join(f"{k}={v}" for k, v in prov.items()) + ("  [SYNTHETIC]" if stats["synthetic"] else ""))
+    kv.add_row("provenance",
+               ", ".join(f"{k}={v}" for k, v in prov.items()) + ("  [SYNTHETIC]" if stats["synthetic"] else ""))
     g = stats["geometry"]
     kv.add_row("model", f"{g['name'] or '?'}: L={g['num_layers']} layers, N={g['num_experts']} experts, "
                         f"top-{g['top_k']}, {g['expert_bytes']:,} B/expert")
@@ -99,7 +100,8 @@ def render(stats: dict, console: Console, *, per_layer: bool = False) -> None:
     kv.add_row("hardware", str(stats.get("hardware")))
     c = stats["counts"]
     kv.add_row("requests", f"{c['requests']} ({', '.join(f'{k}: {v}' for k, v in c['datasets'].items())})")
-    kv.add_row("positions", f"{c['positions']:,} (output tokens {c['output_tokens']:,}, prompt tokens {c['prompt_tokens']:,})")
+    kv.add_row("positions",
+               f"{c['positions']:,} (output tokens {c['output_tokens']:,}, prompt tokens {c['prompt_tokens']:,})")
     kv.add_row("pool nodes", "none: autoregressive-only trace" if c["autoregressive_only"] else
                f"{c['nodes']:,} (mean pool {_f(c['mean_pool_size'], 2)}, max {c['max_pool_size']}; "
                f"per level {c['nodes_per_level']})")
@@ -117,7 +119,8 @@ def render(stats: dict, console: Console, *, per_layer: bool = False) -> None:
                       _f(row["mean_p"]), _f(row["path_accept_rate"]))
         console.print(t)
         console.print(f"Whole pool verified: accepted path {_f(acc['full_pool_accepted_mean'], 2)} tokens "
-                      f"(Σp predicts {_f(acc['full_pool_expected_mean'], 2)}) over {acc['positions_with_pool']:,} positions")
+                      f"(Σp predicts {_f(acc['full_pool_expected_mean'], 2)}) "
+                      f"over {acc['positions_with_pool']:,} positions")
         for key, title in (("calibration", "Calibration: draft confidence q vs acceptance (cf. EVICT Table 3)"),
                            ("path_calibration", "Calibration: path probability p vs path acceptance")):
             cal = stats[key]

@@ -325,7 +325,8 @@ def _write_outputs(args, meta, rows, results, base, synthetic: bool) -> None:
 def _options(args) -> tuple:
     ddd, rho = float(args.ddd_threshold), float(args.coverage_rho)
     if not 0.0 <= ddd <= 1.0:
-        raise SimmoeError(f"--ddd-threshold {args.ddd_threshold}: the ddd threshold must be a probability mass in [0, 1]")
+        raise SimmoeError(f"--ddd-threshold {args.ddd_threshold}: "
+                          "the ddd threshold must be a probability mass in [0, 1]")
     if not 0.0 < rho <= 1.0:
         raise SimmoeError(f"--coverage-rho {args.coverage_rho}: the coverage rho must be a fraction in (0, 1]")
     return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho}.items()))

@@ -40,7 +40,8 @@ class HardwareProfile:
 
     name: str
     description: str
-    source: str                      # "fitted to published figures (calibration set: ...)" | "measured by hwprobe on <device>"
+    # "fitted to published figures (calibration set: ...)" | "measured by hwprobe on <device>"
+    source: str
     device: str = ""
     model: str = ""
     expert_bytes: int = 0
@@ -260,7 +261,8 @@ def validate(p: HardwareProfile, *, origin: str | None = None) -> HardwareProfil
             nonneg(fname, _key(section, key))
     times(p.copy_samples_ms, "copy.samples_ms")
     if p.resident and (p.copy_ms > 0 or p.copy_samples_ms):
-        raise ProfileError(f"{who}: a resident profile copies nothing: 'copy.copy_ms' must be 0 and 'copy.samples_ms' empty")
+        raise ProfileError(f"{who}: a resident profile copies nothing: "
+                           "'copy.copy_ms' must be 0 and 'copy.samples_ms' empty")
     for cache, b, beta in (("cache", p.cost_b_cache, p.cost_beta_cache),
                            ("no_cache", p.cost_b_no_cache, p.cost_beta_no_cache)):
         times(b, f"cost_model.{cache}.b")

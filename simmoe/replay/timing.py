@@ -86,7 +86,8 @@ class CycleTimer:
         p = profile
         self.c = int(p.copies_in_flight)
         self.e = float(p.expert_ms)
-        self.copy_mean = 0.0 if p.resident else (float(np.mean(p.copy_samples_ms)) if p.copy_samples_ms else float(p.copy_ms))
+        self.copy_mean = 0.0 if p.resident else (
+            float(np.mean(p.copy_samples_ms)) if p.copy_samples_ms else float(p.copy_ms))
         self.samples = None if p.resident or not p.copy_samples_ms else np.asarray(p.copy_samples_ms, dtype=np.float64)
         self.random_copies = bool(not p.resident and self.copy_mean > 0
                                   and (self.samples is not None or p.copy_cv > 0))

@@ -99,7 +99,10 @@ FIGURES: dict[str, list[Figure]] = {
 
 def measure(trace, keys=None) -> dict[str, float]:
     """Every workload statistic of ``FIGURES`` on ``trace`` (only ``keys`` when given)."""
-    want = (lambda k: keys is None or k in keys)
+
+    def want(k):
+        return keys is None or k in keys
+
     req = trace.requests
     out: dict[str, float] = {}
     out["requests"] = len(req)

@@ -228,8 +228,11 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
         prefill_union=prefill,
         prefill_time_ms=np.full(R, np.nan),
     )
-    cat = lambda name, dt: (np.concatenate(parts[name]).astype(dt) if parts[name]
-                            else np.zeros(0, dt))
+
+    def cat(name, dt):
+        return (np.concatenate(parts[name]).astype(dt) if parts[name]
+                else np.zeros(0, dt))
+
     return Trace(
         meta=meta, requests=requests,
         pos_request=np.repeat(np.arange(R, dtype=np.int32), out_len),

@@ -202,7 +202,10 @@ def prefill_union_mean(trace: Trace) -> float:
     return float(trace.requests.prefill_union.sum(axis=2).mean())
 
 
-def calibration_curve(trace: Trace, edges=np.linspace(0, 1, 11)):
+_CALIBRATION_EDGES = np.linspace(0, 1, 11)
+
+
+def calibration_curve(trace: Trace, edges=_CALIBRATION_EDGES):
     """Agreement rate of nodes binned by draft confidence q (cf. EVICT Table 3).
 
     Returns ``(mean q, agreement rate, count)`` per bin.
@@ -236,7 +239,8 @@ def sharing(trace: Trace, max_pairs: int = 20000, seed: int = 0) -> dict[str, fl
     nxt = np.flatnonzero(trace.pos_request[1:] == trace.pos_request[:-1])
     nxt = rng.choice(nxt, size=min(max_pairs, nxt.size), replace=False) if nxt.size else nxt
     return {
-        "parent_child": shared(trace.node_routes[child], trace.node_routes[parent_rows]) if child.size else float("nan"),
+        "parent_child": (shared(trace.node_routes[child], trace.node_routes[parent_rows])
+                         if child.size else float("nan")),
         "siblings": shared(trace.node_routes[sib], trace.node_routes[sib + 1]) if sib.size else float("nan"),
         "consecutive_roots": shared(trace.root_routes[nxt], trace.root_routes[nxt + 1]) if nxt.size else float("nan"),
         "top_k": float(k),

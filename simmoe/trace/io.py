@@ -362,13 +362,13 @@ def _read_header(schema: pa.Schema, path: str) -> dict:
 def _check_column_types(schema: pa.Schema, path: str) -> None:
     names = set(schema.names)
     expected: dict[str, str] = {}
-    for name, vtype in SCALAR_COLUMNS.items():
+    for name, _vtype in SCALAR_COLUMNS.items():
         expected[name] = "scalar"
     for name in NODE_COLUMNS:
         expected[name] = "list"
     for name in ROUTE_COLUMNS:
         expected[name] = "binary"
-    for name, kind in expected.items():
+    for name, _kind in expected.items():
         if name not in names:
             raise TraceError("missing column", path=path, field=name)
     for name in OPTIONAL_NODE_COLUMNS:
@@ -526,7 +526,8 @@ def _decode_roots(table: pa.Table, pos_request: np.ndarray, geometry: ModelGeome
     P, L, k = len(pos_request), geometry.num_layers, geometry.top_k
     keep, place, gaps = _route_parts(table, "root", np.full(P, L, dtype=np.int64), geometry, path)
     words = route_codec.word_path(k, geometry.route_dtype)
-    keep, place = (keep.reshape(P, L), place.reshape(P, L)) if words else (keep.reshape(P, L, k), place.reshape(P, L, k))
+    keep, place = ((keep.reshape(P, L), place.reshape(P, L)) if words
+                   else (keep.reshape(P, L, k), place.reshape(P, L, k)))
     # A root's reference is the previous row when that row belongs to the same request.
     same = np.zeros(P, dtype=bool)
     same[1:] = pos_request[1:] == pos_request[:-1]

@@ -210,7 +210,8 @@ def _reuse(trace: Trace, node_pos) -> dict[str, Any]:
     step = _chunk_rows(L, N)
     for s in range(0, len(same), step):
         i = same[s:s + step]
-        inter_sum += _popcount(route_bitmaps(trace.root_routes[i], N) & route_bitmaps(trace.root_routes[i + 1], N)).sum(axis=0)
+        inter_sum += _popcount(
+            route_bitmaps(trace.root_routes[i], N) & route_bitmaps(trace.root_routes[i + 1], N)).sum(axis=0)
     pairs = len(same)
     per_layer = inter_sum / (pairs * k) if pairs else np.full(L, math.nan)
     # Node against its parent (the root for level-1 nodes).
@@ -248,9 +249,9 @@ def _popularity(trace: Trace) -> dict[str, Any]:
         ranks = np.arange(1, N + 1)
         gini = (2 * (asc * ranks).sum(axis=1) / (N * totals)) - (N + 1) / N
     unused = (counts == 0).sum(axis=1)
-    per_layer = [{"layer": l, "top10pct_share": float(top_share[l]), "gini": float(gini[l]),
-                  "normalized_entropy": float(norm_entropy[l]), "unused_experts": int(unused[l])}
-                 for l in range(L)]
+    per_layer = [{"layer": ell, "top10pct_share": float(top_share[ell]), "gini": float(gini[ell]),
+                  "normalized_entropy": float(norm_entropy[ell]), "unused_experts": int(unused[ell])}
+                 for ell in range(L)]
     return {
         "routings_per_layer": int(totals[0]) if L else 0,
         "top_experts": top,

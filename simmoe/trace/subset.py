@@ -55,7 +55,10 @@ def select_requests(trace: Trace, index) -> Trace:
     meta = dict(trace.meta)
     meta["num_requests"] = int(len(index))
     meta["subset"] = [int(i) for i in (np.asarray(meta["subset"])[index] if "subset" in meta else index)]
-    opt = lambda a, ix: None if a is None else a[ix]
+
+    def opt(a, ix):
+        return None if a is None else a[ix]
+
     return Trace(
         meta=meta,
         requests=Requests(request_id=rq.request_id[index], dataset=rq.dataset[index],

@@ -104,7 +104,8 @@ def _check_arrays(trace: Trace, geometry: ModelGeometry, shape: PoolShape, path)
             raise TraceError(f"is {type(a).__name__}, expected a numpy array", path=path, field=name)
         if a.dtype.kind not in kinds:
             raise TraceError(f"has dtype {a.dtype}, expected {_KIND_NAMES[kinds]}", path=path, field=name)
-        if a.ndim != ndim or (length is not None and a.shape[0] != length) or (tail is not None and a.shape[1:] != tail):
+        if (a.ndim != ndim or (length is not None and a.shape[0] != length)
+                or (tail is not None and a.shape[1:] != tail)):
             want = [length if length is not None else "?", *(tail or ())]
             raise TraceError(f"has shape {a.shape}, expected ({', '.join(map(str, want))})"
                              f"{' (wrong shape)' if ndim > 1 else ''}", path=path, field=name)

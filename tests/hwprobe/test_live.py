@@ -132,8 +132,8 @@ MODEL = ["--config", "tiny-random", "--drafter", "target", "--agreement", "0.7",
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    """One recording and live runs of the same prompts: eagle3 with 3 slots (once, and in 3 passes), specfit with 0, and specfit
-    with 2 slots seeing routes through the simulated predictor of accuracy 0.5."""
+    """One recording and live runs of the same prompts: eagle3 with 3 slots (once, and in 3 passes), specfit with 0,
+    and specfit with 2 slots seeing routes through the simulated predictor of accuracy 0.5."""
     d = tmp_path_factory.mktemp("loop")
     prompts = _prompts(d / "p.jsonl")
     cost = _cost_profile_toml(d / "cost.toml")

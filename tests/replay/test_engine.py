@@ -127,17 +127,17 @@ def brute_force_replay(trace, slots: int, policy: str, K: int = 7):
 
     def serve(demand):  # demand: list of L sets
         copies = hits = 0
-        for l in range(L):
+        for layer in range(L):
             if policy == "none" or slots == 0:
-                copies += len(demand[l])
+                copies += len(demand[layer])
                 continue
-            hit = sorted(e for e in demand[l] if e in cache[l])
-            miss = sorted(e for e in demand[l] if e not in cache[l])
+            hit = sorted(e for e in demand[layer] if e in cache[layer])
+            miss = sorted(e for e in demand[layer] if e not in cache[layer])
             for e in hit:  # hits are used first, then misses as their copies land
-                cache[l].remove(e)
-                cache[l].append(e)
-            cache[l].extend(miss)
-            del cache[l][:max(0, len(cache[l]) - slots)]
+                cache[layer].remove(e)
+                cache[layer].append(e)
+            cache[layer].extend(miss)
+            del cache[layer][:max(0, len(cache[layer]) - slots)]
             copies, hits = copies + len(miss), hits + len(hit)
         return copies, hits
 
@@ -146,7 +146,7 @@ def brute_force_replay(trace, slots: int, policy: str, K: int = 7):
     row = 0
     for r in range(len(trace.requests)):
         pre = trace.requests.prefill_union[r]
-        c, h = serve([set(int(e) for e in np.flatnonzero(pre[l])) for l in range(L)])
+        c, h = serve([set(int(e) for e in np.flatnonzero(pre[layer])) for layer in range(L)])
         copies, hits = copies + c, hits + h
         n_out, t = int(trace.requests.output_len[r]), 0
         while t < n_out:
@@ -164,10 +164,10 @@ def brute_force_replay(trace, slots: int, policy: str, K: int = 7):
                 if ok:
                     best = max(best, n)
             com = min(1 + best, n_out - t)
-            demand = [set(int(e) for e in trace.root_routes[i][l]) for l in range(L)]
+            demand = [set(int(e) for e in trace.root_routes[i][layer]) for layer in range(L)]
             for v in chosen:
-                for l in range(L):
-                    demand[l] |= set(int(e) for e in trace.node_routes[lo + v][l])
+                for layer in range(L):
+                    demand[layer] |= set(int(e) for e in trace.node_routes[lo + v][layer])
             c, h = serve(demand)
             copies, hits = copies + c, hits + h
             committed.append(com)
@@ -239,10 +239,10 @@ def true_demand(trace, row, nodes):
     L, N = trace.geometry.num_layers, trace.geometry.num_experts
     d = np.zeros((L, N), bool)
     lo = int(trace.node_ptr[row])
-    for l in range(L):
-        d[l, trace.root_routes[row, l]] = True
+    for layer in range(L):
+        d[layer, trace.root_routes[row, layer]] = True
         for v in nodes:
-            d[l, trace.node_routes[lo + v, l]] = True
+            d[layer, trace.node_routes[lo + v, layer]] = True
     return d
 
 

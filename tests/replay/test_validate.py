@@ -248,7 +248,8 @@ def test_cli_validate_end_to_end_and_bad_input(tmp_path, capsys):
     # bad input: exit 2, one line
     bad = tmp_path / "bad.jsonl"
     lines = runs[1].read_text().splitlines()
-    meta = json.loads(lines[0]); meta["model"] = "another"
+    meta = json.loads(lines[0])
+    meta["model"] = "another"
     bad.write_text("\n".join([json.dumps(meta)] + lines[1:]) + "\n")
     for argv in (["--live", str(bad)], ["--live", str(tmp_path / "none.jsonl")],
                  ["--live", str(runs[0]), "--json", str(tmp_path / "no" / "x.json")]):

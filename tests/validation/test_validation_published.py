@@ -191,7 +191,7 @@ def test_report_structure_and_roles(quick_reports):
     # every row's role is the one published.json gives its figure (fit_only entries are fit)
     for _, _, _, source, role in vrows:
         assert role == "validate" == role_of(pub, source), source
-    for quantity, _, _, source, role in frows:
+    for _quantity, _, _, source, role in frows:
         assert role == "fit"
         assert role_of(pub, source) == "fit" or pub[source.split(".")[0]][source.split(".")[1]].get("fit_only")
     # every figure marked validate in published.json has rows in the validation set
