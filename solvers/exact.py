@@ -242,7 +242,7 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
     """What :func:`select_exact` (``lam`` None) and :func:`select_max_linear` run.
 
     Today's branch and bound for at most ``_FAST_WORK`` work units (one per
-    search state, and (ids sorted)/32 per sorted bound; it finishes within them
+    search state, and (ids sorted)/8 per sorted bound; it finishes within them
     on SpecFit-sized pools: at most 35 states on the benchmark's 18-node pools,
     8.5 on average), then, from its incumbent, the closure-bounded search of
     :mod:`solvers.lagrangian`.  Both are exact; the second scales.
@@ -277,7 +277,7 @@ def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _Searc
     """Depth-first branch and bound from the incumbent ``inc`` (updated in place).
 
     ``budget``: raise :class:`_OutOfBudget` once the work (one unit per search state,
-    plus (ids sorted)/32 per sorted bound) exceeds it; ``inc`` then holds the best
+    plus (ids sorted)/8 per sorted bound) exceeds it; ``inc`` then holds the best
     set found so far.
     """
     ratio_mode = lam is None
@@ -316,7 +316,7 @@ def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: _Searc
         key = j * (K + 1) + s
         g = exact_gains.get(key)
         if g is None:
-            work += (n - j) >> 5
+            work += (n - j) >> 3
             ranked = sorted(a[j:], reverse=True)
             acc, g = 0.0, -float("inf")
             for t in range(1, min(len(ranked), K - s) + 1):

@@ -59,9 +59,10 @@ largest ŵ over the ids >= j (the next child):
     value(S ∪ X) <= 1 − λβF_0 + A(S) + min(P − min_t b̃_{s+t}, max_t G_j(t) − b̃_{s+t}),
 
 b̃_k = λb_k − μk, t = 1..K − s.  Beside it, the credit bound of
-:mod:`solvers.exact` from the state's exact value.  Either sorted variant is
-dropped once it prunes less than once in 64 calls (after ``_SORTED_TRIAL``):
-skipping a bound never changes the answer.  In the ratio
+:mod:`solvers.exact` from the state's exact value.  A sorted variant is
+dropped once it prunes too rarely (less than once in 256 calls for the flow
+bound, once in 64 after 16 calls for the credit bound): skipping a bound never
+changes the answer.  In the ratio
 problem λ is the incumbent ratio, and when it rises the stale ŵ still bound
 (a larger λ only adds (λ − λ_0)β|P(S ∪ X)| >= (λ − λ_0)β|P(S)| to the pair
 costs, which the bound subtracts).
@@ -130,7 +131,8 @@ _ROUNDS = (4.0,)             # caps of the penalty rounds, in units of c (None: 
 _MAX_OUTER = 30              # secant steps on μ (each narrows the bracket)
 _DINKELBACH_REL = 1e-3       # a smaller rise of the ratio keeps μ (one more flow, centred)
 _CLOCK_EVERY = 64            # search states between two looks at the clock
-_SORTED_TRIAL = 16           # sorted bounds tried before they must prune (1 in 64) to stay
+_FLOW_TRIAL = 256            # the sorted flow bound stays while it prunes 1 call in 256
+_CREDIT_TRIAL = 16           # the sorted credit bound: 1 in 64 after 16
 _SEARCH_STATES = 10_000      # search states before CP-SAT may take over (solvers.cpsat)
 _CPSAT_CLASSES = 400         # ... when its model has at most this many pair classes
 
@@ -144,7 +146,8 @@ class _Cover:
     closed set covering them contains v).  O(n·U/8) numpy work.
     """
 
-    __slots__ = ("n", "entry_node", "entry_pair", "width", "alone", "probs", "parents")
+    __slots__ = ("n", "entry_node", "entry_pair", "starts", "width", "holders", "alone",
+                 "probs", "parents")
 
     def __init__(self, pool: Pool):
         n = pool.n
@@ -169,7 +172,9 @@ class _Cover:
         self.width = width = 8 * nb
         self.entry_node = byte // nb
         self.entry_pair = (byte - self.entry_node * nb) * 8 + (hit & 7)
-        holders = np.bincount(self.entry_pair, minlength=width)
+        #: starts[v]: the first entry of node v (entries are ordered by node)
+        self.starts = np.concatenate([[0], np.cumsum(np.bincount(self.entry_node, minlength=n))])
+        self.holders = holders = np.bincount(self.entry_pair, minlength=width)
         self.alone = np.bincount(self.entry_node[holders[self.entry_pair] == 1],
                                  minlength=n).astype(np.float64)
         self.probs = np.asarray(pool.probs, dtype=np.float64)
@@ -345,18 +350,16 @@ class _Flow:
                 spare[self.holders == 1] = 0.0
                 if self.P:
                     spare[self.shared] = np.maximum(c - load, 0.0)
-            takes = np.ones(cov.n, dtype=bool)
-            if m:
-                takes[self.ids[self.in_cut]] = False
-            e_node, e_pair = cov.entry_node, cov.entry_pair
-            take = takes[e_node]
-            e_node, e_pair = e_node[take], e_pair[take]
-            share = spare[e_pair]
-            pos = share > 0.0
-            if pos.any():
-                e_node, e_pair, share = e_node[pos], e_pair[pos], share[pos]
-                share /= np.bincount(e_pair, minlength=cov.width)[e_pair]
-                what -= np.bincount(e_node, weights=share, minlength=cov.n)
+            holders = cov.holders
+            cut = self.ids[self.in_cut] if m else np.zeros(0, dtype=np.int64)
+            if cut.size:
+                starts, e_pair = cov.starts, cov.entry_pair
+                held = np.concatenate([e_pair[starts[v]:starts[v + 1]] for v in cut.tolist()])
+                holders = holders - np.bincount(held, minlength=cov.width)
+            rate = spare / np.maximum(holders, 1)
+            charge = np.bincount(cov.entry_node, weights=rate[cov.entry_pair], minlength=cov.n)
+            charge[cut] = 0.0           # the shares go to the holders outside the cut only
+            what -= charge
         return what.tolist()
 
 
@@ -524,8 +527,8 @@ def _search(st: _State, what: list[float], lam0: float, mu0: float) -> None:
             cpos[u] += cpos[v]
             ccnt[u] += ccnt[v]
     corder = np.argsort(-np.asarray(ac), kind="stable").tolist()
-    # either sorted bound is dropped once it prunes less than once in 64 calls (after
-    # _SORTED_TRIAL calls): skipping a bound never changes the answer
+    # a sorted bound is dropped once it prunes too rarely (_FLOW_TRIAL, _CREDIT_TRIAL):
+    # skipping a bound never changes the answer
     gtrial = [0, 0]     # calls, prunes
     ctrial = [0, 0]
     target = 0.0 if ratio_mode else inc[0]
@@ -632,12 +635,12 @@ def _search(st: _State, what: list[float], lam0: float, mu0: float) -> None:
         for idx, j in enumerate(frontier):
             if base + ps - bmin[s] < floor or own + qs - blmin[s] < floor:
                 return      # the reachable sets only shrink with j
-            if (sorted_helps or pc > room) and gtrial[0] < _SORTED_TRIAL + 64 * gtrial[1]:
+            if (sorted_helps or pc > room) and gtrial[0] < _FLOW_TRIAL * (1 + gtrial[1]):
                 gtrial[0] += 1
                 if base + gain(j, s) < floor:
                     gtrial[1] += 1
                     return
-            if qc > room and ctrial[0] < _SORTED_TRIAL + 64 * ctrial[1]:
+            if qc > room and ctrial[0] < _CREDIT_TRIAL * (1 + 4 * ctrial[1]):
                 ctrial[0] += 1
                 if own + cgain(j, s) < floor:
                     ctrial[1] += 1
@@ -724,9 +727,11 @@ def run_from(pool: Pool, K: int, cost: CostModel, lam: float | None, inc: list,
         lam_now = st.inc[0]           # Dinkelbach: the ratio rose, linearise again
         fl, bracket = _lagrange(st, lam_now, slope, bracket)
     if fl.center != st.inc[3] or (ratio_mode and st.inc[0] != lam_now):
-        # centre the flow on the incumbent (a smaller rise of the ratio: at the same μ)
+        # centre the flow on the incumbent (after a rise of the ratio below _DINKELBACH_REL:
+        # at the new λ, μ scaled with it)
+        mu = fl.mu * (st.inc[0] / lam_now) if ratio_mode else fl.mu
         lam_now = st.inc[0] if ratio_mode else lam_now
-        fl = _Flow(_cover(pool), pool, lam_now, cost.beta, fl.mu, st.inc[3])
+        fl = _Flow(_cover(pool), pool, lam_now, cost.beta, mu, st.inc[3])
     fl.penalize()
     what = fl.weights()
     upper = _root_bound(st, what, lam_now, fl.mu)
