@@ -446,22 +446,14 @@ def _forwards(trace, p: BatchPlan):
 
 def simulate_batched(trace, p: BatchPlan, config, profile) -> BatchResult:
     """Replay the batched plan's forwards through the cache and the timer (module docstring)."""
-    from simmoe.replay.caches import make_cache
+    from simmoe.replay.engine import charged_selector_ms, replay_cache
     from simmoe.replay.timing import CycleTimer
 
     config = config.validate()
     t0 = time.perf_counter()
     L, N = p.num_layers, p.num_experts
     R, S, C = p.num_requests, p.num_steps, len(p.request)
-    future = popularity = None
-    if config.cache == "belady" and config.slots > 0:
-        future = (d for _, d in _forwards(trace, p))
-    if config.cache == "static" and config.slots > 0:
-        popularity = np.zeros((L, N), dtype=np.int64)
-        for _, d in _forwards(trace, p):
-            popularity += d
-    policy = config.cache if config.slots > 0 else "none"
-    cache = make_cache(policy, L, N, int(config.slots), future=future, popularity=popularity)
+    policy, cache = replay_cache(config, L, N, lambda: (d for _, d in _forwards(trace, p)))
     timer = CycleTimer(profile, model=config.timing, seed=config.seed, cache=config.cache_active)
     phys = timer.physical
     hits = np.zeros(S, np.int32)
@@ -469,12 +461,7 @@ def simulate_batched(trace, p: BatchPlan, config, profile) -> BatchResult:
     draft_ms = np.zeros(S)
     forward_ms = np.zeros(S)
     commit_ms = np.zeros(S)
-    if not p.selector_uses_time:
-        sel_ms = np.zeros(S)
-    elif config.selector_ms is not None:
-        sel_ms = np.full(S, float(config.selector_ms))
-    else:
-        sel_ms = (p.step_selector_ms if config.selector_clock == "wall" else p.step_selector_cpu_ms).copy()
+    sel_ms = charged_selector_ms(config, S, p.selector_uses_time, p.step_selector_ms, p.step_selector_cpu_ms)
     pre_h = np.zeros(R, np.int32)
     pre_m = np.zeros(R, np.int32)
     pre_ms = np.zeros(R)

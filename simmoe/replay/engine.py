@@ -359,7 +359,6 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
     O(forwards · (cache + timer)).
     """
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.caches import make_cache
     from simmoe.replay.timing import CycleTimer
 
     config = config.validate()
@@ -368,15 +367,7 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
     t0 = time.perf_counter()
     L, N = p.num_layers, p.num_experts
     R, C = p.num_requests, p.num_cycles
-    future = popularity = None
-    if config.cache == "belady" and config.slots > 0:
-        future = (d for _, d in _forwards(trace, p))  # the cache reads it once
-    if config.cache == "static" and config.slots > 0:
-        popularity = np.zeros((L, N), dtype=np.int64)
-        for _, d in _forwards(trace, p):
-            popularity += d
-    policy = config.cache if config.slots > 0 else "none"
-    cache = make_cache(policy, L, N, int(config.slots), future=future, popularity=popularity)
+    policy, cache = replay_cache(config, L, N, lambda: (d for _, d in _forwards(trace, p)))
     timer = CycleTimer(profile, model=config.timing, seed=config.seed,
                        cache=config.cache_active)
 
@@ -385,12 +376,7 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
     draft_ms = np.zeros(C)
     forward_ms = np.zeros(C)
     commit_ms = np.zeros(C)
-    if not p.selector_uses_time:
-        sel_ms = np.zeros(C)
-    elif config.selector_ms is not None:
-        sel_ms = np.full(C, float(config.selector_ms))
-    else:
-        sel_ms = (p.selector_ms if config.selector_clock == "wall" else p.selector_cpu_ms).copy()
+    sel_ms = charged_selector_ms(config, C, p.selector_uses_time, p.selector_ms, p.selector_cpu_ms)
     pre_hits = np.zeros(R, np.int32)
     pre_misses = np.zeros(R, np.int32)
     pre_ms = np.zeros(R)
@@ -476,6 +462,34 @@ def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = No
     elif progress is not None:
         progress(int(p.committed.sum()))
     return simulate(trace, p, config, profile)
+
+
+def replay_cache(config: ReplayConfig, L: int, N: int, demands: Callable[[], Any]):
+    """The policy name and the expert cache of a replay; ``demands()`` yields each forward's demand.
+
+    Belady reads the demand stream once (the future); static counts it once
+    (popularity); the other policies never look at it.
+    """
+    from simmoe.replay.caches import make_cache
+
+    future = popularity = None
+    if config.cache == "belady" and config.slots > 0:
+        future = demands()
+    if config.cache == "static" and config.slots > 0:
+        popularity = np.zeros((L, N), dtype=np.int64)
+        for d in demands():
+            popularity += d
+    policy = config.cache if config.slots > 0 else "none"
+    return policy, make_cache(policy, L, N, int(config.slots), future=future, popularity=popularity)
+
+
+def charged_selector_ms(config: ReplayConfig, n: int, uses_time: bool, wall_ms, cpu_ms) -> np.ndarray:
+    """Selector time charged to each of ``n`` cycles: none, fixed, or measured on the chosen clock."""
+    if not uses_time:
+        return np.zeros(n)
+    if config.selector_ms is not None:
+        return np.full(n, float(config.selector_ms))
+    return (wall_ms if config.selector_clock == "wall" else cpu_ms).copy()
 
 
 def check_profile_geometry(trace, profile, name: str) -> None:
