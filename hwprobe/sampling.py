@@ -127,36 +127,11 @@ def speculative_sample(model, drafter, prompt: list[int], max_new_tokens: int, *
                        key: int, select=None, spec=None, eos: int | None = None):
     """Sampled speculative decoding (no offloading, no timing): :func:`hwprobe.specdecode.speculative_generate`
     with :func:`sampled_verdict` in place of the greedy verdict.  Returns a ``SpecResult``."""
-    from hwprobe.pool import PoolSpec, build_pool
-    from hwprobe.specdecode import SpecResult, prefill, select_all
-    from hwprobe.tree import cache_length, compact_cache, tree_forward
+    from hwprobe.pool import PoolSpec
+    from hwprobe.specdecode import select_all, speculative_generate
 
-    select = select_all if select is None else select
-    spec = PoolSpec() if spec is None else spec
-    feats = getattr(drafter, "needs_features", False)
-    drafter.start(list(prompt))
-    cache, out, _ = prefill(model, list(prompt), hidden_states=feats)
-    root = sample_token(out.logits[0, -1], temperature, seed, key, 0)
-    if feats:
-        drafter.observe(list(prompt), out)
-    res = SpecResult([root])
-    while len(res.tokens) < max_new_tokens and res.tokens[-1] != eos:
-        context = list(prompt) + res.tokens
-        pool = build_pool(drafter, context, spec)
-        sub = pool.subset(select(pool))
-        n = cache_length(cache)
-        o = tree_forward(model, cache, root, sub, hidden_states=feats)
-        v = sampled_verdict(sub, o.logits[0], temperature, seed, key, len(res.tokens) - 1)
-        rows = [0] + [1 + j for j in v.path]
-        compact_cache(cache, n, rows)
-        if feats:
-            drafter.observe(context, o, rows)
-        res.tokens += [sub.token[j] for j in v.path] + [v.next_root]
-        res.selected.append(len(sub))
-        res.committed.append(1 + len(v.path))
-        root = v.next_root
-        if eos is not None and eos in res.tokens:
-            res.tokens = res.tokens[: res.tokens.index(eos) + 1]
-            break
-    res.tokens = res.tokens[:max_new_tokens]
-    return res
+    return speculative_generate(
+        model, drafter, list(prompt), max_new_tokens, select_all if select is None else select,
+        PoolSpec() if spec is None else spec, eos,
+        first_token=lambda logits: sample_token(logits, temperature, seed, key, 0),
+        verdict=lambda sub, logits, position: sampled_verdict(sub, logits, temperature, seed, key, position))

@@ -72,11 +72,20 @@ class SpecResult:
 
 
 def speculative_generate(model, drafter, prompt: list[int], max_new_tokens: int, select=select_all,
-                         spec: PoolSpec = DEFAULT_SPEC, eos: int | None = None) -> SpecResult:
-    """Greedy speculative decoding; ``select(pool)`` returns the node ids to verify."""
+                         spec: PoolSpec = DEFAULT_SPEC, eos: int | None = None, *,
+                         first_token=None, verdict=None) -> SpecResult:
+    """Speculative decoding; ``select(pool)`` returns the node ids to verify.
+
+    Greedy by default.  ``first_token(logits)`` picks the token after the prompt and
+    ``verdict(sub, logits, position)`` verifies a tree (``position``: index of the
+    cycle's root in the output); :func:`hwprobe.sampling.speculative_sample` passes
+    the sampled rule.
+    """
     feats = getattr(drafter, "needs_features", False)
     drafter.start(prompt)
     cache, out, root = prefill(model, prompt, hidden_states=feats)
+    if first_token is not None:
+        root = first_token(out.logits[0, -1])
     if feats:
         drafter.observe(list(prompt), out)
     res = SpecResult([root])
@@ -86,7 +95,8 @@ def speculative_generate(model, drafter, prompt: list[int], max_new_tokens: int,
         sub = pool.subset(select(pool))
         n = cache_length(cache)
         o = tree_forward(model, cache, root, sub, hidden_states=feats)
-        v = greedy_verdict(sub, o.logits[0])
+        v = (greedy_verdict(sub, o.logits[0]) if verdict is None
+             else verdict(sub, o.logits[0], len(res.tokens) - 1))
         rows = [0] + [1 + j for j in v.path]
         compact_cache(cache, n, rows)
         if feats:
