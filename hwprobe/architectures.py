@@ -426,8 +426,7 @@ ARCHITECTURES: dict[str, Architecture] = {
             "jamba",
             "Jamba",
             tree="hybrid Mamba: its state-space layers keep one running state per sequence, "
-        "which the branches "
-            "of a tree cannot share, so a tree cannot be verified in one forward",
+                 "which the branches of a tree cannot share, so a tree cannot be verified in one forward",
             tiny=dict(
                 num_experts=8,
                 num_experts_per_tok=2,
