@@ -167,7 +167,7 @@ class PrefetchLRU(LRUCache):
         In a full layer each insertion evicts the least recently used resident
         expert outside ``protected`` [L, N].  The new experts are not
         candidates, so a layer receiving j experts loses its max(0, count + j −
-        slots) least recently used candidates: one partial sort of those rows.
+        slots) least recently used candidates: one sort of those rows' resident experts.
         The caller guarantees enough candidates.
         """
         N = self.num_experts
@@ -176,19 +176,17 @@ class PrefetchLRU(LRUCache):
         evict = np.maximum(self._count + per_layer - self.slots, 0)
         rows = np.flatnonzero(evict)
         if len(rows):
+            # a full layer holds only `slots` experts: sort those candidates, not the layer's N columns
             k = evict[rows]
-            cand = self.resident[rows] & ~protected[rows]
-            if np.any(cand.sum(axis=1) < k):
+            r, e = np.nonzero(self.resident[rows] & ~protected[rows])     # grouped by row
+            per_row = np.bincount(r, minlength=len(rows))
+            if np.any(per_row < k):
                 raise CheckFailed("prefetch: a full layer has no expert left to evict")
-            keys = np.where(cand, self._stamp[rows], np.iinfo(np.int64).max)
-            kmax = int(k.max())
-            if kmax < N:
-                part = np.argpartition(keys, kmax - 1, axis=1)[:, :kmax]
-            else:
-                part = np.broadcast_to(np.arange(N), keys.shape)
-            part = np.take_along_axis(part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
-            take = np.arange(kmax)[None, :] < k[:, None]
-            self.resident[np.repeat(rows, k), part[take]] = False
+            # by row, oldest first: stamps are unique and below STAMP_LIMIT = 2^32, so one int64 key
+            order = np.argsort((r << 32) | self._stamp[rows[r], e])
+            rank = np.arange(len(order)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+            out = order[rank < np.repeat(k, per_row)]
+            self.resident[rows[r[out]], e[out]] = False
         self._count += per_layer - evict
         self.resident.reshape(-1)[pairs] = True
         self._stamp.reshape(-1)[pairs] = self._clock + np.arange(len(pairs), dtype=np.int64)
@@ -495,6 +493,9 @@ class PrefetchModel:
         record = self.record
         i = w.pos
         last = [-1] * c          # the job each lane took last: the only ones that can still be in flight
+        if record is None and not self.random and c <= 2:
+            i = self._run_fixed(i, min(w.deadline, until), last)
+            n = i                # the loop below has nothing left to do
         while i < n:
             if c == 1:
                 k = 0
@@ -518,6 +519,50 @@ class PrefetchModel:
         for k, pair in enumerate(last):
             if pair >= 0:
                 self.inflight[pair // N][pair % N] = lanes[k]
+
+    def _run_fixed(self, i: int, bound: float, last: list) -> int:
+        """:meth:`_run`'s loop for fixed copy times, one or two lanes, nothing recorded (the hot case).
+
+        The same choices and the same float operations as the general loop,
+        with the lanes in locals.  Returns the first job not started.
+        """
+        w = self._window
+        release, n, x = w.release, len(w.pairs), self.x
+        lanes = self.lanes
+        ja = jb = -1             # the job each lane took last
+        if self.c == 1:
+            a = lanes[0]
+            while i < n:
+                rel = release[i]
+                start = a if a > rel else rel
+                if start >= bound:
+                    break
+                a = start + x
+                ja = i
+                i += 1
+            lanes[0] = a
+        else:
+            a, b = lanes[0], lanes[1]
+            while i < n:
+                rel = release[i]
+                if a <= b:
+                    start = a if a > rel else rel
+                    if start >= bound:
+                        break
+                    a = start + x
+                    ja = i
+                else:
+                    start = b if b > rel else rel
+                    if start >= bound:
+                        break
+                    b = start + x
+                    jb = i
+                i += 1
+            lanes[0], lanes[1] = a, b
+        for k, j in enumerate((ja, jb)[:self.c]):
+            if j >= 0:
+                last[k] = w.pairs[j]
+        return i
 
     def _place(self) -> None:
         """Started prefetches take their slots (or staging buffers), in order."""
@@ -1286,11 +1331,24 @@ def replay_prefetch(trace, config, profile=None, policy: str = "draft", *, plans
         progress(int(p.committed.sum()))
     if policy == "none" and not timeline:
         return simulate(trace, p, config, profile)
+    if policy in ("draft", "oracle") and not timeline and not np.any(p.drafted_levels):
+        # no cycle drafts (``ar``), so nothing is copied while drafting: the replay without prefetch, exactly
+        return unprefetched(simulate(trace, p, config, profile), policy, paired)
     res = simulate_prefetch(trace, p, config, profile, policy, timeline=timeline, staging=staging)
     if paired and policy != "none":
         base = simulate(trace, p, config, profile)
         res.baseline_decode_ms = float(np.sum(base.requests["decode_ms"]))
     return res
+
+
+def unprefetched(res: ReplayResult, policy: str, paired: bool) -> PrefetchResult:
+    """``res`` (a replay without prefetch) as the result of a ``policy`` that prefetched nothing."""
+    zeros = np.zeros(len(res.cycles["committed"]), dtype=np.int32)
+    cycles = {**res.cycles, **{k: zeros.copy() for k in PREFETCH_CYCLE_COLUMNS}}
+    return PrefetchResult(config=res.config, cycles=cycles, requests=res.requests, synthetic=res.synthetic,
+                          plan_wall_s=res.plan_wall_s, simulate_wall_s=res.simulate_wall_s,
+                          lambda_star=res.lambda_star, policy=policy,
+                          baseline_decode_ms=float(np.sum(res.requests["decode_ms"])) if paired else None)
 
 
 _SHARED: dict = {}  # the trace and profiles, inherited by forked workers

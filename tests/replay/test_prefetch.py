@@ -72,6 +72,26 @@ def test_policy_none_equals_the_event_model_bit_for_bit(seed, slots, copies, ove
     assert b.cycles["prefetched"].sum() == 0
 
 
+@settings(max_examples=10)
+@given(seed=st.integers(0, 10_000), slots=st.sampled_from([0, 3]), policy=st.sampled_from(["draft", "oracle"]),
+       copies=st.sampled_from(["fixed", "gamma"]))
+def test_a_selector_that_never_drafts_gets_the_model_result_without_running_it(seed, slots, policy, copies):
+    # replay_prefetch skips the model when no cycle drafts: its result must be the model's, bit for bit
+    prof = profile(**({"copy_cv": 0.3} if copies == "gamma" else {}))
+    trace = random_trace(seed, num_requests=2, L=L, N=N, k=K, pool_nodes=7)
+    cfg, p = plan_of(trace, "ar", slots, prof=prof, seed=seed)
+    assert not p.drafted_levels.any()
+    full = simulate_prefetch(trace, p, cfg, prof, policy)
+    short = replay_prefetch(trace, cfg, prof, policy)
+    assert full.cycles.keys() == short.cycles.keys()
+    for key in full.cycles:
+        assert np.array_equal(full.cycles[key], short.cycles[key]), key
+    for key in full.requests:
+        assert np.array_equal(full.requests[key], short.requests[key]), key
+    assert short.baseline_decode_ms == float(np.sum(full.requests["decode_ms"]))
+    assert short.summary()["saved_ms_per_token"] == 0.0
+
+
 # -- the fast model against its simpy reference -------------------------------------
 @settings(max_examples=30)
 @given(seed=st.integers(0, 10_000), slots=st.sampled_from([0, 1, 2, 4, 8]),
