@@ -134,7 +134,7 @@ def test_cli_lists_models_and_gpus(capsys):
     assert set(REQUIRED) <= set(data) and data["qwen3-30b-a3b"]["derived"]["expert_bytes"] == 9_437_184
     assert main(["models", "--gpus"]) == 0
     assert "h200" in capsys.readouterr().out
-    assert main(["models", "ling-flash-2.0"]) == 0
+    assert main(["models", "hunyuan-7b"]) == 0
     assert "(unverified)" in capsys.readouterr().out
 
 
@@ -163,3 +163,12 @@ def test_synth_model_writes_that_geometry_and_says_so(tmp_path):
     assert t.is_synthetic
     assert any("DeepSeek-V2-Lite" in f and "carried over" in f for f in t.meta["provenance"]["fitted_to"])
     assert main(["synth", "--preset", "gsm8k", "--model", "nope", "--out", str(out), "--no-progress"]) == 2
+
+
+def test_ling_flash_geometry_gives_the_checkpoints_exact_parameter_count():
+    # the Hub lists 102,889,697,280 BF16 parameters for inclusionAI/Ling-flash-2.0 (revision 649f8b9):
+    # the catalogue's weights plus the RMSNorm vectors (two per layer, QK-norm, final norm)
+    m = load_model("ling-flash-2.0")
+    norms = m.decoder_layers * (2 * m.hidden_size + 2 * m.head_dim) + m.hidden_size
+    assert m.total_params + norms == 102_889_697_280
+    assert len(m.moe_layers) * m.num_experts == 7_936      # its F32 tensors: one router bias per expert
