@@ -495,26 +495,26 @@ class PrefetchModel:
         last = [-1] * c          # the job each lane took last: the only ones that can still be in flight
         if record is None and not self.random and c <= 2:
             i = self._run_fixed(i, min(w.deadline, until), last)
-            n = i                # the loop below has nothing left to do
-        while i < n:
-            if c == 1:
-                k = 0
-            elif c == 2:
-                k = 0 if lanes[0] <= lanes[1] else 1
-            else:
-                k = min(range(c), key=lanes.__getitem__)
-            rel = release[i]
-            start = lanes[k] if lanes[k] > rel else rel
-            if start >= w.deadline or start >= until:
-                break
-            end = start + (self.x if not self.random else self._copy_time())
-            lanes[k] = end
-            last[k] = pairs[i]
-            if record is not None:
-                layer, expert = divmod(pairs[i], N)
-                record(f"copy {k}", f"prefetch L{layer} E{expert}", "prefetch", start, end,
-                       {"layer": layer, "expert": expert})
-            i += 1
+        else:
+            while i < n:
+                if c == 1:
+                    k = 0
+                elif c == 2:
+                    k = 0 if lanes[0] <= lanes[1] else 1
+                else:
+                    k = min(range(c), key=lanes.__getitem__)
+                rel = release[i]
+                start = lanes[k] if lanes[k] > rel else rel
+                if start >= w.deadline or start >= until:
+                    break
+                end = start + (self.x if not self.random else self._copy_time())
+                lanes[k] = end
+                last[k] = pairs[i]
+                if record is not None:
+                    layer, expert = divmod(pairs[i], N)
+                    record(f"copy {k}", f"prefetch L{layer} E{expert}", "prefetch", start, end,
+                           {"layer": layer, "expert": expert})
+                i += 1
         w.pos = i
         for k, pair in enumerate(last):
             if pair >= 0:
@@ -1333,7 +1333,7 @@ def replay_prefetch(trace, config, profile=None, policy: str = "draft", *, plans
         return simulate(trace, p, config, profile)
     if policy in ("draft", "oracle") and not timeline and not np.any(p.drafted_levels):
         # no cycle drafts (``ar``), so nothing is copied while drafting: the replay without prefetch, exactly
-        return unprefetched(simulate(trace, p, config, profile), policy, paired)
+        return _unprefetched(simulate(trace, p, config, profile), policy, paired)
     res = simulate_prefetch(trace, p, config, profile, policy, timeline=timeline, staging=staging)
     if paired and policy != "none":
         base = simulate(trace, p, config, profile)
@@ -1341,7 +1341,7 @@ def replay_prefetch(trace, config, profile=None, policy: str = "draft", *, plans
     return res
 
 
-def unprefetched(res: ReplayResult, policy: str, paired: bool) -> PrefetchResult:
+def _unprefetched(res: ReplayResult, policy: str, paired: bool) -> PrefetchResult:
     """``res`` (a replay without prefetch) as the result of a ``policy`` that prefetched nothing."""
     zeros = np.zeros(len(res.cycles["committed"]), dtype=np.int32)
     cycles = {**res.cycles, **{k: zeros.copy() for k in PREFETCH_CYCLE_COLUMNS}}
