@@ -268,13 +268,16 @@ class _Window:
     deadline_hint: float = math.inf      # when the deadline will be, if known: bounds the jobs worth queuing
 
 
-def queue_pairs(pairs: np.ndarray, taken: np.ndarray, room: np.ndarray, num_experts: int) -> np.ndarray:
+def queue_pairs(pairs: np.ndarray, taken: np.ndarray, room: np.ndarray, num_experts: int, *,
+                limit: float = math.inf) -> np.ndarray:
     """Indices into ``pairs`` (flat layer·N + expert, in queue order) of the jobs a window queues.
 
     Left out: pairs marked in ``taken`` (available, or already queued), later
-    repeats, and, per layer, every pair beyond the layer's ``room``.  O(n log n).
+    repeats, per layer every pair beyond the layer's ``room``, and every pair
+    after the first ``limit`` kept (a predicted route may name one expert
+    twice).  O(n log n).
     """
-    if not len(pairs) or room.max() <= 0:
+    if not len(pairs) or room.max() <= 0 or limit <= 0:
         return np.zeros(0, dtype=np.int64)
     lay = pairs // num_experts
     idx = np.flatnonzero((room[lay] > 0) & ~taken[pairs])
@@ -297,7 +300,22 @@ def queue_pairs(pairs: np.ndarray, taken: np.ndarray, room: np.ndarray, num_expe
         rank = np.empty(len(idx), dtype=np.int64)
         rank[order] = np.arange(len(sl)) - np.repeat(heads, counts)
         idx = idx[rank < room[lay]]
+    if len(idx) > limit:
+        idx = idx[:int(limit)]
     return idx
+
+
+def draft_order(node_level, node_p, levels: int | None) -> np.ndarray:
+    """Pool-local ids of the nodes ``draft`` prefetches, in order: level by level, most probable first.
+
+    Ties go to the lower id.  Only levels up to ``levels`` (None: every level).
+    """
+    node_level = np.asarray(node_level, dtype=np.int64)
+    ids = np.arange(len(node_level))
+    order = ids[np.lexsort((ids, -np.asarray(node_p, dtype=np.float64), node_level))]
+    if levels is not None:
+        order = order[node_level[order] <= int(levels)]
+    return order
 
 
 def draft_tokens(root_pred, node_pred, node_level, node_p, levels: int | None):
@@ -309,14 +327,10 @@ def draft_tokens(root_pred, node_pred, node_level, node_p, levels: int | None):
     tokens = [np.asarray(root_pred, dtype=np.int64)[None]]
     lv = [0]
     if node_pred is not None and len(node_pred):
-        node_level = np.asarray(node_level, dtype=np.int64)
-        ids = np.arange(len(node_level))
-        top = int(node_level.max()) if levels is None else int(levels)
-        order = ids[np.lexsort((ids, -np.asarray(node_p, dtype=np.float64), node_level))]
-        order = order[node_level[order] <= top]
+        order = draft_order(node_level, node_p, levels)
         if len(order):
             tokens.append(np.asarray(node_pred, dtype=np.int64)[order])
-            lv += node_level[order].tolist()
+            lv += np.asarray(node_level, dtype=np.int64)[order].tolist()
     return np.concatenate(tokens, axis=0), lv
 
 
@@ -423,61 +437,76 @@ class PrefetchModel:
         """Per layer, slots (or staging buffers) not holding or promised to an unused prefetch."""
         return self._capacity - self.pf_count - self._pending
 
-    def _issue(self, pairs: np.ndarray, release, level=0) -> None:
+    def _issue(self, pairs: np.ndarray, release, level=0, *, limit: float = math.inf) -> None:
         """Queue the flat (layer·N + expert) ``pairs`` in order; ``release``, ``level``: per pair or one value.
 
         Left out (:func:`queue_pairs`): pairs available when the window
         opened, pairs already queued, repeats, and pairs beyond their layer's
         free capacity — within a window that capacity only shrinks, so those
-        jobs would be skipped when their turn came.
+        jobs would be skipped when their turn came — and all after the first
+        ``limit`` kept.
         """
         w = self._window
         if w is None or not len(pairs):
             return
         pairs = np.asarray(pairs, dtype=np.int64)
-        keep = queue_pairs(pairs, w.avail | self._queued, self._room(), self.N)
+        keep = queue_pairs(pairs, w.avail | self._queued, self._room(), self.N, limit=limit)
         if not len(keep):
             return
-        release = np.asarray(release, dtype=np.float64)
-        level = np.asarray(level, dtype=np.int64)
-        release = release[keep] if release.ndim else np.full(len(keep), float(release))
-        level = level[keep] if level.ndim else np.full(len(keep), int(level))
         pairs = pairs[keep]
+        n = len(pairs)
         self._pending += np.bincount(pairs // self.N, minlength=self.L)
         self._queued[pairs] = True
         w.pairs.extend(pairs.tolist())
-        w.release.extend(release.tolist())
-        w.levels.extend(level.tolist())
+        if np.ndim(release):
+            w.release.extend(np.asarray(release, dtype=np.float64)[keep].tolist())
+        else:
+            w.release.extend([float(release)] * n)
+        if np.ndim(level):
+            w.levels.extend(np.asarray(level, dtype=np.int64)[keep].tolist())
+        else:
+            w.levels.extend([int(level)] * n)
 
-    def _issue_tokens(self, routes: np.ndarray, releases, levels) -> None:
-        """Queue tokens' routes [t, L, k] in order: token after token, each layer after layer.
+    def _job_limit(self) -> float:
+        """How many jobs the window can start at most (fixed copy times, deadline known), else infinity.
 
-        The same as issuing token after token (:meth:`_issue`), in a few
-        growing groups of tokens; with fixed copy times only the jobs the
-        window can start are kept (c lanes, each starting at most one copy per
-        copy time), so the later groups are often never looked at.
+        c lanes, each starting at most one copy per copy time before the deadline.
         """
-        if not len(routes):
+        w = self._window
+        if not self.random and self.x > 0 and math.isfinite(w.deadline_hint):
+            return self.c * (math.ceil((w.deadline_hint - self._t0) / self.x) + 1)
+        return math.inf
+
+    def _issue_tokens(self, routes: np.ndarray, releases, levels, order: np.ndarray | None = None) -> None:
+        """Queue tokens' routes [t, L, k] token after token, each layer after layer.
+
+        ``order``: queue the tokens ``routes[order]`` instead.  The same as
+        issuing token after token (:meth:`_issue`), in a few growing groups
+        of tokens; with fixed copy times only the jobs the window can start
+        are kept (:meth:`_job_limit`), so the later groups are often never
+        looked at, nor their routes gathered.
+        """
+        t = len(order) if order is not None else len(routes)
+        if not t:
             return
-        routes = np.asarray(routes, dtype=np.int64)
-        t, L, k = routes.shape
-        flat = (routes + self._offset[None]).reshape(t, L * k)
+        L, k = routes.shape[1], routes.shape[2]
         releases = np.asarray(releases, dtype=np.float64)
         levels = np.asarray(levels, dtype=np.int64)
         w = self._window
-        limit = math.inf
-        if not self.random and self.x > 0 and math.isfinite(w.deadline_hint):
-            limit = self.c * (math.ceil((w.deadline_hint - self._t0) / self.x) + 1)
+        limit = self._job_limit()
         a, size = 0, 1
         while a < t and len(w.pairs) < limit:
             b = t if not math.isfinite(limit) else min(t, a + size)
-            self._issue(flat[a:b].reshape(-1), np.repeat(releases[a:b], L * k), np.repeat(levels[a:b], L * k))
+            tok = routes[order[a:b]] if order is not None else routes[a:b]
+            flat = (np.asarray(tok, dtype=np.int64) + self._offset[None]).reshape(-1)
+            if b - a == 1:
+                self._issue(flat, releases[a], levels[a], limit=limit - len(w.pairs))
+            else:
+                self._issue(flat, np.repeat(releases[a:b], L * k), np.repeat(levels[a:b], L * k),
+                            limit=limit - len(w.pairs))
             a, size = b, 2 * size
             if self._room().max() <= 0:
                 break
-        if len(w.pairs) > limit:
-            self._pending -= np.bincount(np.asarray(w.pairs[limit:], dtype=np.int64) // self.N, minlength=self.L)
-            del w.pairs[limit:], w.release[limit:], w.levels[limit:]
 
     def _run(self, until: float) -> None:
         """Start the window's queued jobs whose start time is before ``until`` (and its deadline).
@@ -661,19 +690,27 @@ class PrefetchModel:
         if self.policy == "draft":
             if inp.root_pred is None:
                 return
-            routes, lv = draft_tokens(inp.root_pred, inp.node_pred, inp.node_level, inp.node_p, levels)
-            releases = [self._t0] + [self.level_time(int(d)) for d in lv[1:]]
-        else:
-            sel = np.asarray(inp.selected if inp.selected is not None else [], dtype=np.int64)
-            tokens = [np.asarray(inp.root_true, dtype=np.int64)[None]]
-            if len(sel):
-                p = np.asarray(inp.node_p, dtype=np.float64)[sel]
-                lev = np.asarray(inp.node_level, dtype=np.int64)[sel]
-                tokens.append(np.asarray(inp.node_true, dtype=np.int64)[sel[np.lexsort((sel, lev, -p))]])
-            routes = np.concatenate(tokens, axis=0)
-            releases, lv = [self._t0] * len(routes), [0] * len(routes)
+            root = np.asarray(inp.root_pred, dtype=np.int64)[None]
+            assert root.shape[1] == L
+            self._issue_tokens(root, [self._t0], [0])
+            if inp.node_pred is None or not len(inp.node_pred) or len(w.pairs) >= self._job_limit() \
+                    or self._room().max() <= 0:
+                return
+            order = draft_order(inp.node_level, inp.node_p, levels)
+            lv = np.asarray(inp.node_level, dtype=np.int64)[order]
+            p = self.profile
+            releases = self._t0 + (p.draft_fixed_ms + p.draft_level_ms * lv)    # level_time, per node
+            self._issue_tokens(inp.node_pred, releases, lv, order=order)
+            return
+        sel = np.asarray(inp.selected if inp.selected is not None else [], dtype=np.int64)
+        tokens = [np.asarray(inp.root_true, dtype=np.int64)[None]]
+        if len(sel):
+            p = np.asarray(inp.node_p, dtype=np.float64)[sel]
+            lev = np.asarray(inp.node_level, dtype=np.int64)[sel]
+            tokens.append(np.asarray(inp.node_true, dtype=np.int64)[sel[np.lexsort((sel, lev, -p))]])
+        routes = np.concatenate(tokens, axis=0)
         assert routes.shape[1] == L
-        self._issue_tokens(routes, releases, lv)
+        self._issue_tokens(routes, [self._t0] * len(routes), [0] * len(routes))
 
     def level_time(self, d: int) -> float:
         """Absolute time at which drafting level ``d`` ends (d >= 1)."""
