@@ -178,7 +178,9 @@ class PrefetchLRU(LRUCache):
         if len(rows):
             # a full layer holds only `slots` experts: sort those candidates, not the layer's N columns
             k = evict[rows]
-            r, e = np.nonzero(self.resident[rows] & ~protected[rows])     # grouped by row
+            flat = np.flatnonzero(self.resident[rows] & ~protected[rows])   # by row; 2-D nonzero is slower
+            r = flat // N
+            e = flat - r * N
             per_row = np.bincount(r, minlength=len(rows))
             if np.any(per_row < k):
                 raise CheckFailed("prefetch: a full layer has no expert left to evict")
@@ -383,6 +385,7 @@ class PrefetchModel:
         self.pf_unused = np.zeros((self.L, self.N), dtype=bool)
         self.pf_count = np.zeros(self.L, dtype=np.int64)
         self.inflight: list[dict] = [{} for _ in range(self.L)]   # per layer: expert -> landing (absolute)
+        self._inflight_layers: set[int] = set()                    # layers with an entry in `inflight`
         self.lanes = [0.0] * self.c
         self.now = 0.0
         self.rng = np.random.default_rng((int(timer.seed), PREFETCH_SEED_SALT))
@@ -548,6 +551,7 @@ class PrefetchModel:
         for k, pair in enumerate(last):
             if pair >= 0:
                 self.inflight[pair // N][pair % N] = lanes[k]
+                self._inflight_layers.add(pair // N)
 
     def _run_fixed(self, i: int, bound: float, last: list) -> int:
         """:meth:`_run`'s loop for fixed copy times, one or two lanes, nothing recorded (the hot case).
@@ -829,16 +833,29 @@ class PrefetchModel:
                 hh, mm = self.cache.forward(demand)
                 if not (np.array_equal(hh, h) and np.array_equal(mm, m)):
                     raise CheckFailed("prefetch model: the cache's hits and misses differ from the layer's")
-        if self.pf_count.any():              # prefetches this forward used
-            used = demand & self.pf_unused
-            self._cycle["useful"] += int(used.sum())
-            self.pf_unused &= ~used
-        self._after_forward()
+        if self.cache is not None and self.pf_count.any():
+            # prefetches this forward used, then those the LRU update evicted unused (wasted)
+            u = self.pf_unused
+            before = int(np.count_nonzero(u))
+            np.logical_and(u, ~demand, out=u)
+            left = int(np.count_nonzero(u))
+            np.logical_and(u, self.cache.resident, out=u)
+            self.pf_count = u.sum(axis=1)
+            self._cycle["useful"] += before - left
+            self._cycle["wasted"] += left - int(self.pf_count.sum())
+        else:
+            if self.pf_count.any():              # prefetches this forward used
+                used = demand & self.pf_unused
+                self._cycle["useful"] += int(used.sum())
+                self.pf_unused &= ~used
+            self._after_forward()
         end = F + fwd
-        for layer_inflight in self.inflight:
-            if layer_inflight:
-                for x in [x for x, v in layer_inflight.items() if v <= end]:
-                    del layer_inflight[x]
+        for layer in list(self._inflight_layers):       # copies landed by the forward's end
+            pending = self.inflight[layer]
+            for x in [x for x, v in pending.items() if v <= end]:
+                del pending[x]
+            if not pending:
+                self._inflight_layers.discard(layer)
         return fwd, h, m
 
     def _stepped(self, F, a, nonexpert, demand, h, m, inp) -> float:
@@ -990,6 +1007,7 @@ class PrefetchModel:
             end = start + (self.x if not self.random else self._copy_time())
             lanes[k] = end
             self.inflight[j][x] = end
+            self._inflight_layers.add(j)
             started.append(x)
             if record is not None:
                 record(f"copy {k}", f"prefetch L{j} E{x}", "prefetch", start, end, {"layer": j, "expert": x})
