@@ -16,6 +16,11 @@ writes the fitted settings the profiles ``MODEL@GPU[...]`` read
   EVICT Tables 1, 7, 8, 9 at temperature 0) less the model's physical forward
   over one token (top-k experts per layer; tensor parallelism 4 for
   Ling-flash-2.0, 8 for Qwen3-235B-A22B, EVICT App. C.4);
+* setting ``sglang-a100-t1`` (the same runs sampling at temperature 1): η and
+  ``forward_ms`` carried over, and per target model with a temperature-1
+  vanilla figure (Tables 1, 7, 8 at temperature 1: not Hunyuan-7B) ``step_ms``
+  fitted the same way to its vanilla QA tokens/s at temperature 1
+  (``fit_in_evict_tables`` allows vanilla QA per model *and* temperature);
 * setting ``vllm-table6`` (EVICT Table 6, vLLM, batch 4–64, GPU not stated):
   η and ``forward_ms`` carried over, and for each catalogued data-centre GPU
   one ``step_ms`` fitted to the vanilla QA tokens/s at every batch size (the
@@ -40,27 +45,36 @@ import numpy as np
 
 from simmoe.errors import SimmoeError
 
-TABLE1 = {  # model key -> (published.json table, temperature-0 vanilla row lookup)
+TABLE1 = {  # model key -> (published.json table, tensor parallelism)
     "qwen3-30b-a3b": ("table1_qwen3_30b_a3b_t0", 1),
     "ling-flash-2.0": ("table7_ling_flash_2_0", 4),
     "qwen3-235b-a22b": ("table8_qwen3_235b_a22b", 8),
     "hunyuan-7b": ("table9_hunyuan_7b_dense_t0", 1),
 }
+TABLE1_T1 = {  # model key -> the table holding its temperature-1 vanilla row (Hunyuan-7B has none)
+    "qwen3-30b-a3b": "table1_qwen3_30b_a3b_t1",
+    "ling-flash-2.0": "table7_ling_flash_2_0",
+    "qwen3-235b-a22b": "table8_qwen3_235b_a22b",
+}
+T1_SETTING = "sglang-a100-t1"
 TABLE6_GPUS = ("a100-sxm4-80gb", "h100-sxm", "h200")
 UNION_REQUESTS = 6        # requests per EVICT-shaped trace for the union curves
 UNION_SAMPLES = 192       # profiled positions per trace
 
 
-def vanilla_qa(pub: dict, model: str) -> float:
-    """Vanilla (AR) tokens/s on QA at temperature 0 of ``model`` (EVICT Tables 1, 7, 8, 9; fit set)."""
-    table = pub["evict"][TABLE1[model][0]]
+def vanilla_qa(pub: dict, model: str, temperature: int = 0) -> float:
+    """Vanilla (AR) tokens/s on QA of ``model`` at ``temperature`` (EVICT Tables 1, 7, 8, 9; fit set)."""
+    name = TABLE1[model][0] if temperature == 0 else TABLE1_T1.get(model)
+    if name is None:
+        raise SimmoeError(f"no vanilla QA row for {model} at temperature {temperature}")
+    table = pub["evict"][name]
     cols = table["columns"]
     j = cols.index("qa")
     for row in table["rows"]:
         if row[cols.index("method")] == "vanilla" and ("temperature" not in cols
-                                                        or row[cols.index("temperature")] == 0):
+                                                        or row[cols.index("temperature")] == temperature):
             return float(row[j])
-    raise SimmoeError(f"no vanilla QA row for {model}")
+    raise SimmoeError(f"no vanilla QA row for {model} at temperature {temperature}")
 
 
 def evict_traces(model_key: str, requests: int = UNION_REQUESTS, seed: int = 0, node_routes: bool = True,
@@ -123,24 +137,25 @@ def fit_ck(pub: dict, log: Callable[[str], None]) -> dict:
             "at_bound": bool(eta >= 1.0 - 1e-6), "context_mean": float(contexts.mean())}
 
 
-def fit_steps(pub: dict, eta: float, fwd: float, log) -> dict:
-    """Per model: step_ms = vanilla QA step − the physical forward over one token."""
+def fit_steps(pub: dict, eta: float, fwd: float, log, temperature: int = 0) -> dict:
+    """Per model: step_ms = vanilla QA step (at ``temperature``) − the physical forward over one token."""
     from simmoe.hardware.catalogue import load_gpu, load_model
     from simmoe.hardware.physical import Overheads, PhysicalModel
 
     gpu = load_gpu("a100-sxm4-80gb")
     out = {}
-    for key in TABLE1:
+    for key in (TABLE1 if temperature == 0 else TABLE1_T1):
         m = load_model(key)
         tp = {"ling-flash-2.0": 4, "qwen3-235b-a22b": 8}.get(key, 1)
         phys = PhysicalModel(m, gpu, tp=tp, overheads=Overheads(efficiency=eta, forward_ms=fwd))
         ctx = 300.0  # context tokens of a mid-answer QA step: the KV term is < 1% of the step here
         t1 = float(phys.forward_ms(1, float(m.trace_top_k), ctx, ctx))
-        tps = vanilla_qa(pub, key)
+        tps = vanilla_qa(pub, key, temperature)
         step = 1000.0 / tps - t1
         out[key] = {"tp": tp, "vanilla_qa_tps": tps, "forward_ms_1token": round(t1, 4),
                     "step_ms": max(step, 0.0), "raw_step_ms": step}
-        log(f"{key}: vanilla QA {tps} tok/s -> step {1000 / tps:.3f} ms, forward {t1:.3f} ms")
+        log(f"{key}, temperature {temperature}: vanilla QA {tps} tok/s -> step {1000 / tps:.3f} ms, "
+            f"forward {t1:.3f} ms")
     return out
 
 
@@ -194,8 +209,9 @@ def run_fit(log: Callable[[str], None] = lambda s: None) -> dict:
 
     ck = fit_ck(PUBLISHED, log)
     steps = fit_steps(PUBLISHED, ck["efficiency"], ck["forward_ms"], log)
+    steps_t1 = fit_steps(PUBLISHED, ck["efficiency"], ck["forward_ms"], log, temperature=1)
     t6 = fit_table6(PUBLISHED, ck["efficiency"], ck["forward_ms"], log)
-    return {"ck": ck, "steps": steps, "table6": t6}
+    return {"ck": ck, "steps": steps, "steps_t1": steps_t1, "table6": t6}
 
 
 def _fmt(v) -> str:
@@ -221,7 +237,8 @@ def to_toml(fit: dict) -> str:
         "#   python -m simmoe.hardware.physfit --out simmoe/hardware/data/physical_fit.toml",
         "# from seeded synthetic traces: do not edit by hand.  Fitted only to what",
         "# shared/design/CALIBRATION.md allows: EVICT Table 4's C(k) on QA, each model's vanilla",
-        "# tokens/s on QA (Tables 1, 7, 8, 9, temperature 0) and Table 6's vanilla QA row.",
+        "# tokens/s on QA (Tables 1, 7, 8, 9 at temperature 0; Tables 1, 7, 8 at temperature 1)",
+        "# and Table 6's vanilla QA row.",
         "#",
         "# C(k), QA, Qwen3-30B-A3B on A100 SXM4 80GB (published / fitted, ms):",
     ]
@@ -251,10 +268,21 @@ def to_toml(fit: dict) -> str:
               f"default_step_ms = {_fmt(steps['qwen3-30b-a3b']['step_ms'])}",
               'fitted_to = "fitted to EVICT Table 4 C(k) on QA (Qwen3-30B-A3B)"',
               "", "[settings.sglang-a100.step_ms]"]
-    for key, s in steps.items():
-        note = "" if s["raw_step_ms"] >= 0 else f"  # clipped at 0 from {s['raw_step_ms']:.3f}"
-        lines.append(f'"{key}" = {_fmt(s["step_ms"])}  # vanilla QA {s["vanilla_qa_tps"]:g} tok/s, tp {s["tp"]}, '
-                     f"forward over 1 token {s['forward_ms_1token']:.3f} ms{note}")
+    lines += _step_lines(steps)
+    steps_t1 = fit.get("steps_t1")
+    if steps_t1:
+        lines += ["", f"[settings.{T1_SETTING}]",
+                  'description = "EVICT Tables 1, 2, 7, 8, 10, 11 at temperature 1: SGLang with CUDA graphs, '
+                  'A100 SXM4 80GB, batch 1, sampling"',
+                  'gpu = "a100-sxm4-80gb"',
+                  f"efficiency = {_fmt(ck['efficiency'])}",
+                  f"forward_ms = {_fmt(ck['forward_ms'])}",
+                  f"draft_step_ms = {_fmt(DRAFT_STEP_MS)}  # assumed",
+                  f"compute_efficiency = {_fmt(COMPUTE_EFFICIENCY)}  # assumed",
+                  f"default_step_ms = {_fmt(steps_t1['qwen3-30b-a3b']['step_ms'])}",
+                  'fitted_to = "carried over from sglang-a100 (fitted to EVICT Table 4 C(k) on QA)"',
+                  "", f"[settings.{T1_SETTING}.step_ms]"]
+        lines += _step_lines(steps_t1, " at temperature 1")
     lines += ["", "[settings.vllm-table6]",
               'description = "EVICT Table 6: vLLM, batch 4-64, Qwen3-30B-A3B (GPU not stated: fitted choice)"',
               f'gpu = "{t6["gpu"]}"',
@@ -267,6 +295,15 @@ def to_toml(fit: dict) -> str:
               "", "[settings.vllm-table6.step_ms]",
               f'"qwen3-30b-a3b" = {_fmt(best["step_ms"])}  # fitted to Table 6 vanilla QA at every batch size']
     return "\n".join(lines) + "\n"
+
+
+def _step_lines(steps: dict, when: str = "") -> list[str]:
+    out = []
+    for key, s in steps.items():
+        note = "" if s["raw_step_ms"] >= 0 else f"  # clipped at 0 from {s['raw_step_ms']:.3f}"
+        out.append(f'"{key}" = {_fmt(s["step_ms"])}  # vanilla QA{when} {s["vanilla_qa_tps"]:g} tok/s, '
+                   f"tp {s['tp']}, forward over 1 token {s['forward_ms_1token']:.3f} ms{note}")
+    return out
 
 
 def main(argv=None) -> int:
