@@ -293,6 +293,33 @@ def build_profile(name: str):
     return replace(validate(prof), physical=phys)
 
 
+def counterpart_name(profile) -> str | None:
+    """The physical profile ``MODEL@GPU[+LINK]`` of a TOML profile's model, GPU and regime (None if not catalogued).
+
+    The model and GPU are the catalogue's entries whose names are the profile's
+    ``model`` and ``device``; an offload profile gets the GPU's host link (or
+    the catalogued link of the profile's ``link_gbps``).  Used to say which
+    physical profile can supply what a fitted profile lacks.
+    """
+    from simmoe.hardware.catalogue import CatalogueError, load_gpus, load_links
+
+    if getattr(profile, "physical", None) is not None:
+        return profile.name
+    try:
+        model = load_model(profile.model) if profile.model else None
+        gpus, links = load_gpus(), load_links()
+    except CatalogueError:
+        return None
+    gpu = next((g for g in gpus.values() if profile.device and g.name.lower() == profile.device.lower()), None)
+    if model is None or gpu is None:
+        return None
+    if profile.resident:
+        return f"{model.key}@{gpu.key}"
+    link = next((k for k, ln in links.items() if profile.link_gbps and ln.gbps == profile.link_gbps),
+                gpu.host_link if gpu.host_link in links else None)
+    return f"{model.key}@{gpu.key}+{link}" if link else None
+
+
 def evict_cost_from_unions(phys: PhysicalModel, unions: np.ndarray, n_tokens: np.ndarray, contexts: np.ndarray,
                            levels: int, requests: int = 1) -> np.ndarray:
     """C(k) = drafting + the mean forward over the profiled states (EVICT §3.2.3), k = 1..K.

@@ -91,15 +91,34 @@ class HardwareProfile:
         return 0.0 if self.resident else self.copy_ms / self.copies_in_flight
 
     def cost_model(self, cache: bool):
-        """SpecFit's predictive model T̂(S) = b_|S| + βF(S) (Eq. 4) fitted with or without the cache."""
-        from solvers.cost import CostModel
+        """SpecFit's predictive model T̂(S) = b_|S| + βF(S) (Eq. 4) fitted with or without the cache.
+
+        A :class:`~simmoe.hardware.profile_cost.ProfileCostModel` (a ``solvers.CostModel``
+        that knows this profile and its physical counterpart).  A profile without the
+        coefficients is refused in one line that says which physical profile derives them.
+        """
+        from simmoe.hardware.profile_cost import ProfileCostModel
 
         b = self.cost_b_cache if cache else self.cost_b_no_cache
         beta = self.cost_beta_cache if cache else self.cost_beta_no_cache
         if not b:
             which = "cost_model.cache" if cache else "cost_model.no_cache"
-            raise ProfileError(f"profile {self.name}: has no [{which}] coefficients")
-        return CostModel(b, beta)
+            fitted = "EVICT's C(k) only" if self.evict_cost else "no selector cost model"
+            alt = self.counterpart()
+            raise ProfileError(
+                f"profile {self.name}: has no [{which}] coefficients (SpecFit's b_k and beta, Eq. 4; it was fitted "
+                f"to {fitted}), so the selectors that price experts (specfit, specfit-full, optimal, "
+                "unconstrained) cannot run on it; "
+                + (f"the physical profile {alt} derives them from the model's geometry and the GPU "
+                   f"(--hardware {alt})" if alt else "fit them (simmoe fit, hwprobe calibrate) or use a physical "
+                   "profile MODEL@GPU[+LINK] (simmoe models)"))
+        return ProfileCostModel(b, beta, self.name, self.counterpart() or "")
+
+    def counterpart(self) -> str | None:
+        """The physical profile ``MODEL@GPU[+LINK]`` of this profile's model, GPU and regime, if catalogued."""
+        from simmoe.hardware.physical import counterpart_name
+
+        return counterpart_name(self)
 
     def replace(self, **changes) -> HardwareProfile:
         """A copy with ``changes`` applied and validated."""

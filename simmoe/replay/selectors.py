@@ -183,11 +183,14 @@ class Selector:
     uses_cost: ClassVar[bool] = False   # decisions depend on the cost model (b, β)
     uses_evict_cost: ClassVar[bool] = False
     uses_residency: ClassVar[bool] = False  # selects from the experts on the device (simmoe.replay.prefetch)
+    extends_intercepts: ClassVar[bool] = False  # a cost-model selector that needs no b_j beyond the profile's
     needs_prepare: ClassVar[bool] = False
 
     def __init__(self, context: SelectorContext):
         self.context = context
         self.K = int(context.K)
+        if self.uses_cost and not self.extends_intercepts:
+            check_intercepts(self.name, context.cost, self.K)
 
     def budget(self, view: PoolView) -> int:
         return min(self.K, view.size)
@@ -202,6 +205,30 @@ class Selector:
 
     def select(self, view: PoolView) -> Choice:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def check_intercepts(name: str, cost, K: int) -> None:
+    """A selector that prices T̂(S) = b_|S| + βF(S) over subtrees of up to K nodes needs b_0..b_K.
+
+    Checked when the selector is made, before any replay work, so a profile
+    whose fitted intercepts stop short of the trace's K (SpecFit App. B fits
+    b_0..b_7; EVICT's pools have K = 32) is refused in one line that names the
+    physical profile deriving b_k for any k.
+    """
+    if cost is None:
+        raise SimmoeError(f"selector {name!r} needs a cost model (b_k, beta; Eq. 4) and none was given")
+    have = len(cost.b)
+    if have >= K + 1:
+        return
+    who = getattr(cost, "profile", "") or "the given cost model"
+    who = f"profile {who}" if getattr(cost, "profile", "") else who
+    alt = getattr(cost, "counterpart", "")
+    alt = "" if alt == getattr(cost, "profile", "") else alt   # a physical profile is its own counterpart
+    raise SimmoeError(
+        f"selector {name!r}: {who} has intercepts b_0..b_{have - 1} (subtrees of up to {have - 1} nodes) but the "
+        f"trace's pools allow K = {K} and need b_0..b_{K}; "
+        + (f"the physical profile {alt} derives b_k for any k (--hardware {alt})" if alt else
+           "use a physical profile MODEL@GPU[+LINK], which derives b_k for any k (simmoe models)"))
 
 
 class AutoRegressive(Selector):
@@ -406,6 +433,7 @@ class Unconstrained(Selector):
     name = "unconstrained"
     summary = "no size limit: largest ratio by parametric minimum cut"
     uses_cost = True
+    extends_intercepts = True   # the intercepts' least-squares line, extended to any size
 
     def __init__(self, context):
         super().__init__(context)
