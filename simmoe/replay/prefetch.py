@@ -165,34 +165,29 @@ class PrefetchLRU(LRUCache):
         """Insert the flat (layer·N + expert) ``pairs`` in order, as :meth:`insert` one by one would.
 
         In a full layer each insertion evicts the least recently used resident
-        expert outside ``protected`` [L, N].  The new experts are not
-        candidates, so a layer receiving j experts loses its max(0, count + j −
-        slots) least recently used candidates: one sort of those rows' resident experts.
-        The caller guarantees enough candidates.
+        expert outside ``protected`` [L, N].  So a layer keeps its protected
+        experts, the new ones (most recent) and, in the slots left, its most
+        recently used others: the LRU update's own partition (keep the
+        ``slots`` largest keys), with protected experts keyed above every
+        stamp.  The caller guarantees protected + new ≤ slots per layer.
         """
         N = self.num_experts
         if self._clock + 2 * N + len(pairs) >= self.STAMP_LIMIT:
             self._renumber()
-        evict = np.maximum(self._count + per_layer - self.slots, 0)
-        rows = np.flatnonzero(evict)
-        if len(rows):
-            # a full layer holds only `slots` experts: sort those candidates, not the layer's N columns
-            k = evict[rows]
-            flat = np.flatnonzero(self.resident[rows] & ~protected[rows])   # by row; 2-D nonzero is slower
-            r = flat // N
-            e = flat - r * N
-            per_row = np.bincount(r, minlength=len(rows))
-            if np.any(per_row < k):
-                raise CheckFailed("prefetch: a full layer has no expert left to evict")
-            # by row, oldest first: stamps are unique and below STAMP_LIMIT = 2^32, so one int64 key
-            order = np.argsort((r << 32) | self._stamp[rows[r], e])
-            rank = np.arange(len(order)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
-            out = order[rank < np.repeat(k, per_row)]
-            self.resident[rows[r[out]], e[out]] = False
-        self._count += per_layer - evict
         self.resident.reshape(-1)[pairs] = True
         self._stamp.reshape(-1)[pairs] = self._clock + np.arange(len(pairs), dtype=np.int64)
         self._clock += len(pairs)
+        self._count += per_layer
+        if self._count.max(initial=0) <= self.slots:
+            return
+        key = self._stamp
+        if protected.any():
+            kept = np.count_nonzero(protected & self.resident, axis=1) + per_layer
+            if np.any((kept > self.slots) & (self._count > self.slots)):
+                raise CheckFailed("prefetch: a full layer has no expert left to evict")
+            key = np.where(protected, self._stamp + self.STAMP_LIMIT, self._stamp)   # stamps < STAMP_LIMIT
+        self.resident = self._keep_largest(self.resident, key, self._count)
+        np.minimum(self._count, self.slots, out=self._count)
 
     def eviction_order(self, layer: int, protected: np.ndarray) -> list:
         """The layer's resident experts outside ``protected``, least recently used first."""
@@ -268,6 +263,7 @@ class _Window:
     placed: int = 0
     deadline: float = math.inf
     deadline_hint: float = math.inf      # when the deadline will be, if known: bounds the jobs worth queuing
+    issued: bool = False                 # some job was queued (``PrefetchModel._queued`` is not all false)
 
 
 def queue_pairs(pairs: np.ndarray, taken: np.ndarray, room: np.ndarray, num_experts: int, *,
@@ -431,35 +427,37 @@ class PrefetchModel:
         """Open an issue window; what it may queue is judged against the state now."""
         self._queued[:] = False
         self._pending[:] = 0
-        avail = self.staged.reshape(-1).copy()
-        if self.cache is not None:
-            avail |= self.cache.resident.reshape(-1)
+        # with a cache nothing is staged: prefetches go to its slots
+        avail = (self.cache.resident if self.cache is not None else self.staged).reshape(-1).copy()
         self._window = _Window(avail=avail, deadline=deadline)
 
     def _room(self) -> np.ndarray:
         """Per layer, slots (or staging buffers) not holding or promised to an unused prefetch."""
         return self._capacity - self.pf_count - self._pending
 
-    def _issue(self, pairs: np.ndarray, release, level=0, *, limit: float = math.inf) -> None:
+    def _issue(self, pairs: np.ndarray, release, level=0, *, limit: float = math.inf) -> bool:
         """Queue the flat (layer·N + expert) ``pairs`` in order; ``release``, ``level``: per pair or one value.
 
         Left out (:func:`queue_pairs`): pairs available when the window
         opened, pairs already queued, repeats, and pairs beyond their layer's
         free capacity — within a window that capacity only shrinks, so those
         jobs would be skipped when their turn came — and all after the first
-        ``limit`` kept.
+        ``limit`` kept.  Returns whether some layer has room left.
         """
         w = self._window
+        room = self._room()
         if w is None or not len(pairs):
-            return
+            return bool(room.max() > 0)
         pairs = np.asarray(pairs, dtype=np.int64)
-        keep = queue_pairs(pairs, w.avail | self._queued, self._room(), self.N, limit=limit)
+        keep = queue_pairs(pairs, w.avail | self._queued if w.issued else w.avail, room, self.N, limit=limit)
         if not len(keep):
-            return
+            return bool(room.max() > 0)
         pairs = pairs[keep]
         n = len(pairs)
-        self._pending += np.bincount(pairs // self.N, minlength=self.L)
+        per_layer = np.bincount(pairs // self.N, minlength=self.L)
+        self._pending += per_layer
         self._queued[pairs] = True
+        w.issued = True
         w.pairs.extend(pairs.tolist())
         if np.ndim(release):
             w.release.extend(np.asarray(release, dtype=np.float64)[keep].tolist())
@@ -469,6 +467,7 @@ class PrefetchModel:
             w.levels.extend(np.asarray(level, dtype=np.int64)[keep].tolist())
         else:
             w.levels.extend([int(level)] * n)
+        return bool((room > per_layer).any())
 
     def _job_limit(self) -> float:
         """How many jobs the window can start at most (fixed copy times, deadline known), else infinity.
@@ -480,36 +479,38 @@ class PrefetchModel:
             return self.c * (math.ceil((w.deadline_hint - self._t0) / self.x) + 1)
         return math.inf
 
-    def _issue_tokens(self, routes: np.ndarray, releases, levels, order: np.ndarray | None = None) -> None:
+    def _issue_tokens(self, routes: np.ndarray, releases, levels, order: np.ndarray | None = None) -> bool:
         """Queue tokens' routes [t, L, k] token after token, each layer after layer.
 
         ``order``: queue the tokens ``routes[order]`` instead.  The same as
         issuing token after token (:meth:`_issue`), in a few growing groups
         of tokens; with fixed copy times only the jobs the window can start
         are kept (:meth:`_job_limit`), so the later groups are often never
-        looked at, nor their routes gathered.
+        looked at, nor their routes gathered.  Returns whether the window
+        can take more jobs.
         """
         t = len(order) if order is not None else len(routes)
+        w = self._window
+        limit = self._job_limit()
         if not t:
-            return
+            return len(w.pairs) < limit
         L, k = routes.shape[1], routes.shape[2]
         releases = np.asarray(releases, dtype=np.float64)
         levels = np.asarray(levels, dtype=np.int64)
-        w = self._window
-        limit = self._job_limit()
         a, size = 0, 1
         while a < t and len(w.pairs) < limit:
             b = t if not math.isfinite(limit) else min(t, a + size)
             tok = routes[order[a:b]] if order is not None else routes[a:b]
             flat = (np.asarray(tok, dtype=np.int64) + self._offset[None]).reshape(-1)
             if b - a == 1:
-                self._issue(flat, releases[a], levels[a], limit=limit - len(w.pairs))
+                room = self._issue(flat, releases[a], levels[a], limit=limit - len(w.pairs))
             else:
-                self._issue(flat, np.repeat(releases[a:b], L * k), np.repeat(levels[a:b], L * k),
-                            limit=limit - len(w.pairs))
+                room = self._issue(flat, np.repeat(releases[a:b], L * k), np.repeat(levels[a:b], L * k),
+                                   limit=limit - len(w.pairs))
             a, size = b, 2 * size
-            if self._room().max() <= 0:
-                break
+            if not room:
+                return False
+        return len(w.pairs) < limit
 
     def _run(self, until: float) -> None:
         """Start the window's queued jobs whose start time is before ``until`` (and its deadline).
@@ -696,9 +697,8 @@ class PrefetchModel:
                 return
             root = np.asarray(inp.root_pred, dtype=np.int64)[None]
             assert root.shape[1] == L
-            self._issue_tokens(root, [self._t0], [0])
-            if inp.node_pred is None or not len(inp.node_pred) or len(w.pairs) >= self._job_limit() \
-                    or self._room().max() <= 0:
+            more = self._issue_tokens(root, [self._t0], [0])
+            if not more or inp.node_pred is None or not len(inp.node_pred):
                 return
             order = draft_order(inp.node_level, inp.node_p, levels)
             lv = np.asarray(inp.node_level, dtype=np.int64)[order]
