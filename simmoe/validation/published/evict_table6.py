@@ -2,9 +2,11 @@
 
 Validation: EAGLE-3 and EAGLE-3 + EVICT on both benchmarks and vanilla on
 HumanEval at every batch size, EVICT's gain over EAGLE-3, and the batch
-trend (on QA the gain grows from batch 4 to 64; on HumanEval it stays within
-−7% … +2%).  Fit, apart: vanilla on QA at every batch size (the batched step
-cost: ``physical_fit.toml``'s ``vllm-table6`` setting).  DFlash rows are shown
+trend (on QA the gain grows from +5% at batch 4 to +35% at batch 64; on
+HumanEval it stays within −7% … +2%; the tolerances are
+:data:`QA_TREND_NOTE` and :data:`HUMANEVAL_TREND_NOTE`).  Fit, apart: vanilla
+on QA at every batch size (the batched step cost: ``physical_fit.toml``'s
+``vllm-table6`` setting).  DFlash rows are shown
 as not simulated (no DFlash drafter model).
 """
 
@@ -41,6 +43,58 @@ def _mat(pub: dict, bench: str) -> float:
     return float(next(r for r in t["rows"] if r[0] == bench)[t["columns"].index("eagle3")])
 
 
+# The batch trend (issue 15: "on QA, EVICT's gain over EAGLE-3 grows from +5% at batch 4 to +35% at batch 64;
+# on HumanEval it stays between -7% and +2%"), with the gain goal's 5 percentage points as the tolerance.
+TREND_PP = 5.0
+HUMANEVAL_BAND = (-7.0, 2.0)
+QA_TREND_NOTE = (f"reproduced when the gains at the smallest and the largest batch are each within {TREND_PP:g} pp "
+                 f"of the published gains there and no gain falls more than {TREND_PP:g} pp below the one at the "
+                 "next smaller batch (the published row itself dips 0.8 pp from batch 4 to 8)")
+HUMANEVAL_TREND_NOTE = (f"reproduced when the gain at every batch lies within {HUMANEVAL_BAND[0]:g}% … "
+                        f"{HUMANEVAL_BAND[1]:+g}% widened by {TREND_PP:g} pp on each side, i.e. "
+                        f"{HUMANEVAL_BAND[0] - TREND_PP:g}% … {HUMANEVAL_BAND[1] + TREND_PP:+g}%")
+
+
+def qa_trend(sim: list[tuple[int, float]], pub: dict[int, float]) -> tuple[bool, list[str]]:
+    """Whether QA's simulated gains (batch, %) reproduce the published growth, and what fails."""
+    (b0, g0), (b1, g1) = sim[0], sim[-1]
+    why = []
+    if abs(g0 - pub[b0]) > TREND_PP + 1e-9:
+        why.append(f"batch {b0}: {g0:+.1f}% vs {pub[b0]:+.1f}%")
+    if abs(g1 - pub[b1]) > TREND_PP + 1e-9:
+        why.append(f"batch {b1}: {g1:+.1f}% vs {pub[b1]:+.1f}%")
+    for (ba, ga), (bb, gb) in zip(sim, sim[1:], strict=False):
+        if gb < ga - TREND_PP - 1e-9:
+            why.append(f"falls {ga - gb:.1f} pp from batch {ba} to {bb}")
+    return not why, why
+
+
+def humaneval_trend(sim: list[tuple[int, float]]) -> tuple[bool, list[str]]:
+    """Whether HumanEval's simulated gains stay inside the published band (widened by ``TREND_PP``)."""
+    lo, hi = HUMANEVAL_BAND[0] - TREND_PP, HUMANEVAL_BAND[1] + TREND_PP
+    why = [f"batch {b}: {g:+.1f}%" for b, g in sim if not lo - 1e-9 <= g <= hi + 1e-9]
+    return not why, why
+
+
+def _qa_trend_row(fig: str, role: str, sim: list[tuple[int, float]], pub: dict[int, float]) -> Row:
+    ok, why = qa_trend(sim, pub)
+    text = ("reproduced" if ok else "not reproduced") + ": " + " → ".join(f"{g:+.1f}%" for _, g in sim)
+    if why:
+        text += " (" + "; ".join(why) + ")"
+    return Row(SECTION, fig, role, "QA: EVICT's gain over EAGLE-3, smallest to largest batch",
+               " → ".join(f"{pub[b]:+.1f}%" for b, _ in sim), text, "", "batch_trend", note=QA_TREND_NOTE)
+
+
+def _humaneval_trend_row(fig: str, role: str, sim: list[tuple[int, float]]) -> Row:
+    ok, why = humaneval_trend(sim)
+    text = ("reproduced" if ok else "not reproduced") + ": " + ", ".join(f"{g:+.1f}%" for _, g in sim)
+    if why:
+        text += " (outside: " + "; ".join(why) + ")"
+    return Row(SECTION, fig, role, "HumanEval: EVICT's gain over EAGLE-3 at every batch",
+               f"{HUMANEVAL_BAND[0]:g}% … {HUMANEVAL_BAND[1]:+g}%", text, "", "batch_trend",
+               note=HUMANEVAL_TREND_NOTE)
+
+
 def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict[str, dict]) -> list[Row]:
     t = pub["evict"][TABLE]
     cols = t["columns"]
@@ -48,6 +102,7 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
     batches = [int(c[2:]) for c in cols[2:]]
     out: list[Row] = []
     gains: dict[str, list[tuple[int, float]]] = {"qa": [], "humaneval": []}
+    pub_gains: dict[str, dict[int, float]] = {"qa": {}, "humaneval": {}}
     for bench in ("qa", "humaneval"):
         pubrows = {r[1]: (i, r) for i, r in enumerate(t["rows"]) if r[0] == bench}
         for b in batches:
@@ -76,21 +131,14 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
             sg = 100.0 * (_tps(res[_key(bench, "evict", b)].summary)
                           / _tps(res[_key(bench, "eagle3", b)].summary) - 1.0)
             gains[bench].append((b, sg))
+            pub_gains[bench][b] = pg
             out.append(Row(SECTION, fig, role_of(pub, fig), f"{bench}, batch {b}: EVICT over EAGLE-3: gain %",
                            round(pg, 1), sg, "pp", "gain", _key(bench, "evict", b),
                            note="published gain from the table's tokens/s"))
     if len(gains["qa"]) >= 2:
-        qa = [g for _, g in gains["qa"]]
-        grows = qa[-1] > qa[0]
-        out.append(Row(SECTION, fig, role_of(pub, fig), "QA: EVICT's gain over EAGLE-3, smallest to largest batch",
-                       "+5.1% → +34.7%", ("reproduced" if grows else "not reproduced") + ": "
-                       + " → ".join(f"{g:+.1f}%" for g in qa), "", "batch_trend"))
+        out.append(_qa_trend_row(fig, role_of(pub, fig), gains["qa"], pub_gains["qa"]))
     if gains["humaneval"]:
-        he = [g for _, g in gains["humaneval"]]
-        inside = all(-7.0 - 1e-9 <= g <= 2.0 + 1e-9 for g in he)
-        out.append(Row(SECTION, fig, role_of(pub, fig), "HumanEval: EVICT's gain over EAGLE-3 at every batch",
-                       "−6.3% … +2.1%", ("reproduced" if inside else "not reproduced") + ": "
-                       + ", ".join(f"{g:+.1f}%" for g in he), "", "batch_trend"))
+        out.append(_humaneval_trend_row(fig, role_of(pub, fig), gains["humaneval"]))
     if out:
         out.append(not_simulated(pub, TABLE, SECTION, "dflash, dflash+evict tokens/s (every batch)",
                                  "DFlash has no drafter model in the simulator"))

@@ -20,11 +20,23 @@ EAGLE-3 Mat).  What may be fitted per CALIBRATION.md's EVICT section
 * vanilla tokens/s on QA per model and Table 6's vanilla QA row: the cost
   model's ``step_ms`` (``physical_fit.toml``, :mod:`simmoe.hardware.physfit`).
 
+* at temperature 1, vanilla tokens/s on QA per model again (setting
+  ``sglang-a100-t1``); nothing else: the batch-1 traces of the three models
+  with temperature-1 tables carry the target's distributions at temperature 1
+  (``simmoe synth --temperature 1``: their own random stream, so the pools,
+  text and temperature-0 replays are unchanged), whose ``target_spread`` was
+  fitted once, to QA's EAGLE-3 Mat at temperature 1 on Qwen3-30B-A3B
+  (:mod:`simmoe.synth.evict_presets`); every other temperature-1 Mat is a
+  prediction.
+
 Runs at batch 1 (Tables 1, 2, 7–11): vanilla, EAGLE-3, DDD and EVICT on
 ``MODEL@a100-sxm4-80gb[:tpN]`` (tensor parallelism 4 for Ling-flash-2.0 and 8
-for Qwen3-235B-A22B, EVICT App. C.4).  Table 6: vanilla, EAGLE-3 and EVICT
-at batch 4–64 with continuous batching on ``qwen3-30b-a3b@GPU~vllm-table6``
-(the GPU the Table 6 fit chose).  Run keys read ``phys/<model>/<bench>/<selector>/b<batch>``.
+for Qwen3-235B-A22B, EVICT App. C.4), and for Qwen3-30B-A3B, Ling-flash-2.0
+and Qwen3-235B-A22B again at temperature 1 (sampled verification, seed 0) on
+``MODEL@a100-sxm4-80gb[:tpN]~sglang-a100-t1``.  Table 6: vanilla, EAGLE-3 and
+EVICT at batch 4–64 with continuous batching on ``qwen3-30b-a3b@GPU~vllm-table6``
+(the GPU the Table 6 fit chose).  Run keys read
+``phys/<model>/<bench>/<selector>/b<batch>``, with ``/t1`` at temperature 1.
 """
 
 from __future__ import annotations
@@ -44,6 +56,11 @@ MODELS = {  # key -> (profile, Mat table, Mat column, table of tokens/s)
                         "table8_qwen3_235b_a22b"),
     "hunyuan-7b": ("hunyuan-7b@a100-sxm4-80gb", None, None, "table9_hunyuan_7b_dense_t0"),
 }
+# models with temperature-1 tables (Tables 1-2, 7, 8, 10, 11) -> (their Mat table, EAGLE-3 and EVICT columns)
+T1_MAT = {"qwen3-30b-a3b": ("table2_mat_qwen3_30b_a3b_t1", "eagle3", "evict"),
+          "ling-flash-2.0": ("table10_mat_ling_flash_2_0", "eagle3_t1", "evict_t1"),
+          "qwen3-235b-a22b": ("table11_mat_qwen3_235b_a22b", "eagle3_t1", "evict_t1")}
+T1_SETTING = "sglang-a100-t1"
 BATCH1_SELECTORS = ("ar", "eagle3", "ddd", "evict")
 TABLE6_BATCHES = (4, 8, 16, 32, 64)
 TABLE6_SELECTORS = ("ar", "eagle3", "evict")
@@ -77,8 +94,28 @@ def sizes_for(settings) -> PhysicalSizes:
     return PhysicalSizes()
 
 
-def run_key(model: str, bench: str, selector: str, batch: int = 1) -> str:
-    return f"phys/{model}/{bench}/{selector}/b{batch}"
+def run_key(model: str, bench: str, selector: str, batch: int = 1, temperature: int = 0) -> str:
+    return f"phys/{model}/{bench}/{selector}/b{batch}" + (f"/t{temperature}" if temperature else "")
+
+
+def profile_t1(model: str) -> str:
+    """The batch-1 profile of ``model`` with the temperature-1 ``step_ms`` (setting ``sglang-a100-t1``)."""
+    return f"{MODELS[model][0]}~{T1_SETTING}"
+
+
+def mat_source(model: str, temperature: int) -> tuple[str, str, str] | None:
+    """(Mat table, EAGLE-3 column, EVICT column) of ``model`` at ``temperature``, or None (no Mat published)."""
+    if temperature:
+        return T1_MAT.get(model)
+    table, col = MODELS[model][1], MODELS[model][2]
+    return None if table is None else (table, col, col.replace("eagle3", "evict"))
+
+
+def mat_fitted_t1(model: str, bench: str) -> str | None:
+    """How EAGLE-3's temperature-1 Mat of (model, bench) was fitted (a note), or None: a prediction."""
+    if model == "qwen3-30b-a3b" and bench == "qa":
+        return "fitted: target_spread (shared by every preset and model)"
+    return None
 
 
 def workload_name(model: str, bench: str, table6: bool = False) -> str:
@@ -154,11 +191,14 @@ def path_position_for(target: float, grid: np.ndarray, mats: np.ndarray) -> floa
     return float(grid[lo - 1] + f * (grid[lo] - grid[lo - 1]))
 
 
-def generate_workload(model: str, bench: str, requests: int, position: float | None, seed: int):
+def generate_workload(model: str, bench: str, requests: int, position: float | None, seed: int,
+                      temperature: float = 0.0):
+    """The workload's trace; ``temperature`` 1 adds the target's distributions (nothing else changes)."""
     from simmoe.synth import generate
 
     params, fitted, base = _params(model, bench, position)
-    return generate(params, seed=seed, num_requests=requests, preset=base, fitted_to=fitted)
+    return generate(params, seed=seed, num_requests=requests, preset=base, fitted_to=fitted,
+                    temperature=temperature)
 
 
 def run_physical(settings, pub: dict, log: Callable[[str], None]):
@@ -180,12 +220,15 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
                                                                                             workers=workers))
         out = runner(trace, configs, profiles, workers=settings.workers)
         for c, res in zip(configs, out, strict=True):
-            key = run_key(model, bench, c.selector, batch)
+            key = run_key(model, bench, c.selector, batch, int(c.temperature))
             run = Run(key, name, c.selector, 0, c.hardware)
             results[key] = RunResult(run, res.summary(), _extra(res, trace.geometry.num_layers))
 
     for model, (prof_name, _, _, _) in MODELS.items():
-        profile = load_profile(prof_name)
+        profiles = {prof_name: load_profile(prof_name)}
+        sampled = model in T1_MAT
+        if sampled:
+            profiles[profile_t1(model)] = load_profile(profile_t1(model))
         for bench in BENCHES:
             target = mat_target(pub, model, bench)
             x = None if target is None else path_position_for(target, grid, mats)
@@ -193,13 +236,17 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
                 fits["position"][(model, bench)] = (target, x)
             n = sizes.batch1[model]
             name = workload_name(model, bench)
-            log(f"generating {name} ({n} requests)")
-            trace = generate_workload(model, bench, n, x, settings.seed)
+            log(f"generating {name} ({n} requests" + (", target distributions at temperature 1)" if sampled
+                                                       else ")"))
+            trace = generate_workload(model, bench, n, x, settings.seed, 1.0 if sampled else 0.0)
             traces[name] = trace
             configs = [ReplayConfig(selector=s, slots=0, cache="none", hardware=prof_name, selector_ms=0.0,
                                     seed=0) for s in BATCH1_SELECTORS]
-            log(f"replaying {name}: {len(configs)} configurations on {prof_name}")
-            replay_set(trace, name, model, bench, configs, 1, {prof_name: profile})
+            if sampled:
+                configs += [ReplayConfig(selector=s, slots=0, cache="none", hardware=profile_t1(model),
+                                         selector_ms=0.0, seed=0, temperature=1.0) for s in BATCH1_SELECTORS]
+            log(f"replaying {name}: {len(configs)} configurations on {', '.join(profiles)}")
+            replay_set(trace, name, model, bench, configs, 1, profiles)
     vllm = load_settings().get("vllm-table6", {})
     gpu = vllm.get("gpu", "h200")
     prof6 = f"qwen3-30b-a3b@{gpu}~vllm-table6"
