@@ -14,16 +14,21 @@ every selected token of every request in the batch:
    requests at once) + selector time (the slowest selection of the step: one
    per request, in parallel) + the forward over all tokens + commit.
 
-Selectors that take a cost model get the batch-aware one: the marginal cost
-of a request's subtree given what the step already reads.  For SpecFit's
-T̂(S) = b_|S| + βF(S) (Eq. 4) that is F counted over the experts not covered
-by the other requests' roots and the earlier slots' selections
-(``solvers.Pool.with_free``, then the unchanged exact search), and —
-with a physical profile — b'_j the forward over the others' tokens plus 1 + j
-of its own, β' the time one more expert adds at that load (0 when the step is
-compute-bound).  EVICT's C(k) is its profiled table (EVICT §3.2.3): with a
-physical profile profiled on the trace at this batch size (every request of
-a step verifying its k best nodes), else the profile's C(k).
+Selectors that take a cost model get the batch-aware one (:class:`BatchCost`):
+the cost of a request's subtree given what the rest of the step brings.  For
+SpecFit's T̂(S) = b_|S| + βF(S) (Eq. 4), F is counted over the experts not
+covered by the other requests' roots and the earlier slots' selections
+(``solvers.Pool.with_free``, then the unchanged exact search), and b'_j is the
+step's time with j nodes of the request's own and the others' tokens and
+experts: with a resident physical profile the physical forward over the
+others' tokens plus 1 + j with the others' unions read (β' the time one more
+expert adds at that load, 0 when the step is compute-bound); offloaded, the
+profile's batch-1 b_j plus ``token_ms`` per other token plus β per expert the
+others bring (β unchanged: a copy and a compute).  Each request maximises its
+own tokens per step time given the others.  EVICT's C(k) is its profiled
+table (EVICT §3.2.3): with a physical profile profiled on the trace at this
+batch size (every request of a step verifying its k best nodes), else the
+profile's C(k).
 
 Prefill: a newly admitted request's prefill is its own forward before the
 step in which it first decodes (no chunked prefill); the others wait.  As at
@@ -176,20 +181,55 @@ def summarize_batched(steps, cycles, requests, batch: int) -> dict[str, float]:
 # batch-aware costs
 # --------------------------------------------------------------------------
 class BatchCost:
-    """The marginal cost model of one request given the step so far (module docstring)."""
+    """The cost model of one request given the step so far: T̂(S | others), the step's time with S.
+
+    A request of a batched step is priced by what its subtree does to the step it
+    joins (module docstring): its experts that the other requests already bring
+    are free (``Pool.with_free``: F counts only the rest), and the intercepts b'_j
+    are the step's time with j nodes of its own and no experts beyond the
+    others', so that each request maximises its tokens per step time given the
+    others (the others' tokens are not in its reward).
+
+    * resident, physical profile: b'_j = drafting (for the batch) + ``step_ms`` +
+      the physical forward over the others' tokens + 1 + j with the others'
+      per-layer unions read; β' = what one more expert per layer adds at that
+      load (0 when the step is compute-bound);
+    * offload (any profile, physical ``+LINK`` included): the profile's own
+      linear model of the step, the terms the event model charges a forward
+      (:mod:`simmoe.replay.timing`): b'_j = b_j + ``token_ms`` · (others' tokens)
+      + β · F_others, where F_others is Σ_ℓ of the others' per-layer union, and
+      β' = β (a copy plus a compute per expert the step does not yet read).
+      Drafting, commit and the fixed forward time are in b_j already and, as in
+      the event model's step, do not grow with the batch.
+
+    With no other request (batch 1, or the last request of a draining batch)
+    both are the profile's batch-1 model, so ``--batch 1`` is the engine exactly.
+    """
 
     def __init__(self, profile, base_cost, K: int, levels: int):
         self.phys = getattr(profile, "physical", None) if getattr(profile, "resident", False) else None
+        self.token_ms = 0.0 if getattr(profile, "resident", False) else float(getattr(profile, "token_ms", 0.0))
         self.base = base_cost
         self.K = int(K)
         self.levels = int(levels)
 
     def cost(self, other_tokens: int, covered_per_layer: np.ndarray, context: float, requests: int):
-        """``solvers.CostModel`` for a request whose step already holds ``other_tokens`` tokens."""
+        """``solvers.CostModel`` for a request whose step already holds ``other_tokens`` tokens.
+
+        ``covered_per_layer``: the experts per MoE layer the others already bring
+        (their roots and the earlier slots' selections); ``context``: the step's
+        context tokens, summed over its ``requests``.
+        """
         from solvers.cost import CostModel
 
-        if self.phys is None or self.base is None:
+        if self.base is None:
             return self.base
+        if self.phys is None:   # offload: the event model's linear terms of the step
+            shift = self.token_ms * max(int(other_tokens), 0) \
+                + self.base.beta * float(np.sum(covered_per_layer))
+            if shift <= 0:
+                return self.base
+            return CostModel([x + shift for x in self.base.b], self.base.beta)
         p = self.phys
         j = np.arange(self.K + 1, dtype=np.float64)
         n = other_tokens + 1 + j

@@ -177,6 +177,76 @@ def test_specfit_sees_a_cheaper_subtree_when_the_batch_covers_its_experts():
     assert four.draft_nodes.mean() >= one.draft_nodes.mean()
 
 
+def test_offload_marginal_cost_adds_the_others_tokens_and_experts_to_the_intercepts():
+    from solvers.cost import CostModel
+
+    from simmoe.replay.batch import BatchCost
+
+    base = PROFILE.cost_model(False)
+    bc = BatchCost(PROFILE, base, 8, 3)
+    assert bc.cost(0, np.zeros(3), 0.0, 1) is base   # nobody else in the step: the batch-1 model
+    got = bc.cost(5, np.array([3.0, 4.0, 0.0]), 100.0, 3)
+    shift = PROFILE.token_ms * 5 + base.beta * 7
+    assert got == CostModel([x + shift for x in base.b], base.beta)
+
+
+def _subtrees(par, K):
+    """Every ancestor-closed subset of at most K nodes (ascending ids), the empty one included."""
+    n = len(par)
+    for bits in range(1 << n):
+        nodes = [v for v in range(n) if bits >> v & 1]
+        if len(nodes) <= K and all(par[v] < 0 or bits >> int(par[v]) & 1 for v in nodes):
+            yield nodes
+
+
+@settings(max_examples=8)
+@given(seed=st.integers(0, 10_000), batch=st.integers(2, 3))
+def test_offload_batched_specfit_maximises_its_tokens_per_predicted_step_time(seed, batch):
+    """Brute force: each request's subtree maximises R̂(S) / (b_|S| + token_ms·n_others + β(F_others + F_new(S)))."""
+    trace = random_trace(seed, num_requests=4, output_len=(2, 5), pool_nodes=5, L=2, N=6, k=2)
+    cfg = ReplayConfig(selector="specfit-full", selector_ms=0.5, slots=0, cache="none")
+    p = plan_batched(trace, cfg, PROFILE, batch)
+    base = PROFILE.cost_model(False)
+    L, N, K = 2, 6, trace.pool_shape.K
+
+    def pairs(row, nodes):
+        lo = int(trace.node_ptr[row])
+        out = set()
+        for v in nodes:
+            out |= {layer * N + int(e) for layer in range(L) for e in trace.node_routes[lo + v][layer]}
+        return out
+
+    def root(row):
+        return {layer * N + int(e) for layer in range(L) for e in trace.root_routes[row][layer]}
+
+    checked = 0
+    for s in range(p.num_steps):
+        cyc = np.flatnonzero(p.step == s)
+        if len(cyc) < 2:
+            continue
+        for i, c in enumerate(cyc):
+            row = int(p.row[c])
+            others = set()
+            for c2 in cyc:
+                if c2 != c:
+                    others |= root(int(p.row[c2]))
+            for c2 in cyc[:i]:
+                others |= pairs(int(p.row[c2]), p.selected_of(c2).tolist())
+            n_others = len(cyc) - 1 + int(sum(p.draft_nodes[c2] for c2 in cyc[:i]))
+            lo, hi = int(trace.node_ptr[row]), int(trace.node_ptr[row + 1])
+            par, prob = trace.node_parent[lo:hi], trace.node_p[lo:hi].astype(np.float64)
+
+            def ratio(nodes):
+                new = len((root(row) | pairs(row, nodes)) - others)
+                reward = 1.0 + sum(float(prob[v]) for v in nodes)
+                return reward / (base.b[len(nodes)] + PROFILE.token_ms * n_others + base.beta * (len(others) + new))
+
+            best = max(ratio(S) for S in _subtrees(par, K))
+            assert ratio(p.selected_of(c).tolist()) == pytest.approx(best, rel=1e-12)
+            checked += 1
+    assert checked or p.num_steps == 0
+
+
 def test_bad_batch_sizes_are_one_line_errors():
     with pytest.raises(SimmoeError, match="integer >= 1"):
         check_batch(0, 5)
