@@ -163,6 +163,12 @@ class ModelSpec:
         return int(round((layers + heads) * b))
 
     @property
+    def weight_bytes(self) -> int:
+        """Every weight in bytes at the checkpoint's dtypes: routed experts (the MLPs of a dense model) + dense."""
+        layers = self.decoder_layers if self.dense else len(self.moe_layers) * self.num_experts
+        return int(layers * self.expert_bytes + self.dense_bytes)
+
+    @property
     def total_params(self) -> int:
         routed = len(self.moe_layers) * self.num_experts * self.expert_params if not self.dense else \
             self.decoder_layers * self.expert_params
@@ -405,6 +411,12 @@ class GPU:
         if dtype == "fp8" and self.fp8_tflops > 0:
             return self.fp8_tflops
         return self.bf16_tflops
+
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory in bytes, reading the datasheet's GB as 2^30 bytes (an A100 80GB holds 80 GiB)."""
+        return self.memory_gb * 2.0 ** 30
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ class PhysicalModel:
                  draft_width: int = DRAFT_WIDTH):
         if isinstance(tp, bool) or int(tp) != tp or tp < 1:
             raise ProfileError(f"tensor parallelism must be a positive integer, got {tp!r}")
+        check_tensor_parallel(model, int(tp))
         self.model, self.gpu, self.tp = model, gpu, int(tp)
         self.o = overheads or Overheads()
         for what, v in (("efficiency", self.o.efficiency), ("compute_efficiency", self.o.compute_efficiency)):
@@ -229,6 +230,55 @@ def overheads_for(setting: str, model_key: str) -> tuple[Overheads, dict]:
                      compute_efficiency=float(s.get("compute_efficiency", COMPUTE_EFFICIENCY)), source=src), s
 
 
+def tp_problem(model: ModelSpec, tp: int) -> str | None:
+    """Why tensor parallelism ``tp`` cannot split ``model``'s attention, or None.
+
+    Attention is split by heads: tp must divide the query heads, and (GQA) divide
+    the KV heads or be a multiple of them (the KV heads are then replicated, as
+    vLLM and SGLang do).  MLA's latent KV is not split by heads.
+    """
+    H, kv = model.num_attention_heads, model.num_key_value_heads
+    if tp > 1 and H % tp:
+        return f"tensor parallelism {tp} does not divide {model.name}'s {H} attention heads"
+    if tp > 1 and model.attention == "gqa" and kv % tp and tp % kv:
+        return f"tensor parallelism {tp} neither divides nor is a multiple of {model.name}'s {kv} KV heads"
+    return None
+
+
+def valid_tp(model: ModelSpec, upto: int = 64) -> list[int]:
+    """The tensor-parallel degrees up to ``upto`` that split ``model``'s attention (:func:`tp_problem`)."""
+    return [tp for tp in range(1, upto + 1) if tp_problem(model, tp) is None]
+
+
+def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
+    """One-line :class:`ProfileError` when ``tp`` cannot split the model's attention heads (:func:`tp_problem`)."""
+    why = tp_problem(model, tp)
+    if why:
+        raise ProfileError(f"{why}; use :tpN with N one of {', '.join(map(str, valid_tp(model)))}")
+
+
+def check_fits(spec: dict, model: ModelSpec, gpu: GPU, name: str) -> None:
+    """A resident profile keeps every weight in GPU memory: they must fit in tp GPUs' memory.
+
+    Weights alone, without the KV cache or activations, against the datasheet's
+    memory read as GiB, so a refusal is certain.  The one-line error names the
+    fewest GPUs that would hold them and the offload profile.
+    """
+    tp = spec["tp"]
+    need, have = float(model.weight_bytes), gpu.memory_bytes * tp
+    if need <= have:
+        return
+    setting = f"~{spec['setting']}" if "~" in name else ""
+    fits = [t for t in valid_tp(model) if need <= gpu.memory_bytes * t]
+    more = f"use {spec['model']}@{spec['gpu']}:tp{fits[0]}{setting} (the fewest GPUs that hold them) or " \
+        if fits else ""
+    offload = f"{spec['model']}@{spec['gpu']}{f':tp{tp}' if tp > 1 else ''}+{gpu.host_link}{setting}"
+    raise ProfileError(
+        f"{name}: {model.name}'s weights take {need / 2 ** 30:.1f} GiB but {tp} x {gpu.name} hold "
+        f"{have / 2 ** 30:.0f} GiB, and a resident profile keeps every weight in GPU memory; "
+        f"{more}offload the experts over a host link ({offload})")
+
+
 _SPEC = re.compile(r"^(?P<model>[^@]+)@(?P<gpu>[A-Za-z0-9_.-]+?)(?::tp(?P<tp>\d+))?(?:\+(?P<link>[A-Za-z0-9_.-]+))?"
                    r"(?:~(?P<setting>[A-Za-z0-9_.-]+))?$")
 
@@ -263,7 +313,12 @@ def build_profile(name: str):
     model, gpu = load_model(spec["model"]), load_gpu(spec["gpu"])
     link: Link | None = load_link(spec["link"]) if spec["link"] else None
     overheads, _ = overheads_for(spec["setting"], model.key)
-    phys = PhysicalModel(model, gpu, tp=spec["tp"], overheads=overheads)
+    try:
+        phys = PhysicalModel(model, gpu, tp=spec["tp"], overheads=overheads)
+    except ProfileError as exc:
+        raise ProfileError(f"{name}: {exc}") from None
+    if link is None:
+        check_fits(spec, model, gpu, name)
     kmax = 64
     b, beta = phys.cost_model(kmax, levels=4)
     one = phys.forward_ms(1, 0.0)
