@@ -203,6 +203,9 @@ def test_report_structure_and_roles(quick_reports):
     for gid in GOALS:
         m = re.search(rf"^\| {gid} \| .* \| (\d+) \| (\d+) \| (\d+) \|$", goals, re.M)
         assert m and int(m[1]) == int(m[2]) + int(m[3]) and int(m[1]) > 0, gid
+    # EVICT's sections with missed goals say why, from the run's numbers
+    assert "**Why the misses** (computed from this run):" in validation
+    assert "EVICT's gain over EAGLE-3 = its Mat ratio" in validation
     statuses = re.findall(r"\| (PASS|MISS) \|", validation)
     assert len(statuses) == sum(int(re.search(rf"^\| {g} \| .* \| (\d+) \| \d+ \| \d+ \|$", goals, re.M)[1])
                                 for g in GOALS)

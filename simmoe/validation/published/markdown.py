@@ -178,14 +178,27 @@ def _goals_section(val: list[Row]) -> list[str]:
     return out
 
 
-def _section_tables(rows: list[Row], *, goals: bool) -> list[str]:
-    """One table per report section, in the order their first row appears."""
+def _section_tables(rows: list[Row], *, goals: bool, pred: Predictions | None = None) -> list[str]:
+    """One table per report section, in the order their first row appears.
+
+    With ``pred``, a section with missed goals is followed by the reasons the
+    run's numbers give for them (:func:`~simmoe.validation.published.why.section_why`).
+    """
+    from simmoe.validation.published.why import section_why
+
     out = []
     for sec in dict.fromkeys(r.section for r in rows):
+        mine = [r for r in rows if r.section == sec]
         out.append(f"### {sec}")
         out.append("")
-        out.append(_rows_table([r for r in rows if r.section == sec], goals=goals))
+        out.append(_rows_table(mine, goals=goals))
         out.append("")
+        why = section_why(sec, mine, pred) if pred is not None else []
+        if why:
+            out.append("**Why the misses** (computed from this run):")
+            out.append("")
+            out += [f"- {w}" for w in why]
+            out.append("")
     return out
 
 
@@ -241,6 +254,6 @@ def render_markdown(pred: Predictions, command: str) -> str:
     val = [r for r in pred.rows if r.role == "validate"]
     fit = [r for r in pred.rows if r.role == "fit"]
     out = _header(pred, command) + _goals_section(val)
-    out += ["## Validation set (predicted, never fitted)", ""] + _section_tables(val, goals=True)
+    out += ["## Validation set (predicted, never fitted)", ""] + _section_tables(val, goals=True, pred=pred)
     out += _misses_section(pred, val, pub) + _fit_section(fit) + _counters_section(pred)
     return "\n".join(out)

@@ -205,7 +205,7 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     """Generate the workloads, replay every run; ``(results by key, traces by name, fits)``."""
     from simmoe.hardware.physical import load_settings
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.batch import replay_all_batched
+    from simmoe.replay.batch import evict_table, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, replay_all
     from simmoe.validation.published.runs import Run, RunResult, _extra
 
@@ -222,7 +222,11 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
         for c, res in zip(configs, out, strict=True):
             key = run_key(model, bench, c.selector, batch, int(c.temperature))
             run = Run(key, name, c.selector, 0, c.hardware)
-            results[key] = RunResult(run, res.summary(), _extra(res, trace.geometry.num_layers))
+            extra = _extra(res, trace.geometry.num_layers)
+            if c.selector == "evict":   # the C(k) it selected with (profiled on this trace at this batch size)
+                ck = evict_table(trace, profiles[c.hardware], batch)
+                extra.update(evict_c1=float(ck[0]), evict_cK=float(ck[-1]))
+            results[key] = RunResult(run, res.summary(), extra)
 
     for model, (prof_name, _, _, _) in MODELS.items():
         profiles = {prof_name: load_profile(prof_name)}
