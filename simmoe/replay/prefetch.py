@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simmoe.errors import CheckFailed, SimmoeError
-from simmoe.replay.caches import LRUCache
+from simmoe.replay.caches import _LOWEST, LRUCache
 from simmoe.replay.engine import ReplayResult
 from simmoe.replay.timing import drawn_copy_forward, fixed_copy_layer_ends
 
@@ -180,14 +180,18 @@ class PrefetchLRU(LRUCache):
         self._count += per_layer
         if self._count.max(initial=0) <= self.slots:
             return
-        key = self._stamp
-        if protected.any():
-            kept = np.count_nonzero(protected & self.resident, axis=1) + per_layer
-            if np.any((kept > self.slots) & (self._count > self.slots)):
-                raise CheckFailed("prefetch: a full layer has no expert left to evict")
-            key = np.where(protected, self._stamp + self.STAMP_LIMIT, self._stamp)   # stamps < STAMP_LIMIT
-        self.resident = self._keep_largest(self.resident, key, self._count)
-        np.minimum(self._count, self.slots, out=self._count)
+        over = np.flatnonzero(self._count > self.slots)
+        if not protected.any():
+            key = self._stamp[over]
+        else:
+            key = np.where(protected[over], self._stamp[over] + self.STAMP_LIMIT, self._stamp[over])
+        masked = np.where(self.resident[over], key, _LOWEST)
+        cut = self.num_experts - self.slots
+        threshold = np.partition(masked, cut, axis=1)[:, cut]
+        self.resident[over] = masked >= threshold[:, None]
+        self._count[over] = self.slots
+        if not self.resident.reshape(-1)[pairs].all():     # protected ones rank first: no room was left
+            raise CheckFailed("prefetch: a full layer has no expert left to evict")
 
     def eviction_order(self, layer: int, protected: np.ndarray) -> list:
         """The layer's resident experts outside ``protected``, least recently used first."""
@@ -483,34 +487,35 @@ class PrefetchModel:
         """Queue tokens' routes [t, L, k] token after token, each layer after layer.
 
         ``order``: queue the tokens ``routes[order]`` instead.  The same as
-        issuing token after token (:meth:`_issue`), in a few growing groups
-        of tokens; with fixed copy times only the jobs the window can start
-        are kept (:meth:`_job_limit`), so the later groups are often never
-        looked at, nor their routes gathered.  Returns whether the window
-        can take more jobs.
+        issuing token after token (:meth:`_issue`): the pairs already taken
+        are dropped first, in one pass over every token, then the rest are
+        queued in a few prefixes sized by the jobs the window can still start
+        (:meth:`_job_limit`).  Returns whether the window can take more jobs.
         """
-        t = len(order) if order is not None else len(routes)
         w = self._window
         limit = self._job_limit()
+        t = len(order) if order is not None else len(routes)
         if not t:
             return len(w.pairs) < limit
         L, k = routes.shape[1], routes.shape[2]
-        releases = np.asarray(releases, dtype=np.float64)
-        levels = np.asarray(levels, dtype=np.int64)
-        a, size = 0, 1
-        while a < t and len(w.pairs) < limit:
-            b = t if not math.isfinite(limit) else min(t, a + size)
-            tok = routes[order[a:b]] if order is not None else routes[a:b]
-            flat = (np.asarray(tok, dtype=np.int64) + self._offset[None]).reshape(-1)
-            if b - a == 1:
-                room = self._issue(flat, releases[a], levels[a], limit=limit - len(w.pairs))
-            else:
-                room = self._issue(flat, np.repeat(releases[a:b], L * k), np.repeat(levels[a:b], L * k),
-                                   limit=limit - len(w.pairs))
-            a, size = b, 2 * size
-            if not room:
-                return False
-        return len(w.pairs) < limit
+        tok = routes[order] if order is not None else routes
+        flat = (np.asarray(tok, dtype=np.int64) + self._offset[None]).reshape(-1)
+        if t == 1:
+            room = self._issue(flat, float(releases[0]), int(levels[0]), limit=limit - len(w.pairs))
+        else:
+            taken = w.avail | self._queued if w.issued else w.avail
+            cand = np.flatnonzero(~taken[flat])
+            releases = np.asarray(releases, dtype=np.float64)
+            levels = np.asarray(levels, dtype=np.int64)
+            room, i = True, 0
+            while room and i < len(cand) and len(w.pairs) < limit:
+                # a prefix of the candidates, twice the jobs still wanted (repeats are common), is usually enough
+                need = limit - len(w.pairs)
+                seg = cand[i:] if not math.isfinite(need) else cand[i:i + max(2 * int(need), 64)]
+                tokens = seg // (L * k)
+                room = self._issue(flat[seg], releases[tokens], levels[tokens], limit=need)
+                i += len(seg)
+        return room and len(w.pairs) < limit
 
     def _run(self, until: float) -> None:
         """Start the window's queued jobs whose start time is before ``until`` (and its deadline).
