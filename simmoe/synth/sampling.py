@@ -8,11 +8,12 @@ parent node (its drafted children c_i with draft conditionals q_i; the
 target's greedy token g is one child, or none, as drawn at T = 0):
 
 * at temperature 1 the target puts mass m on g; of the rest, the share
-  ``target_sibling_share`` = λ (chosen: 0.5) falls on the drafted siblings
-  like the drafter's distribution without g — child i ≠ g gets
+  ``target_sibling_share`` = λ falls on the drafted siblings like the
+  drafter's distribution without g — child i ≠ g gets
   λ·(1 − m)·q_i/(1 − q_g) — and the remainder on tokens outside the pool
-  (with λ = 1 an 8-wide tree would hold nearly all of the target's mass and
-  sampling would not lower acceptance, against EVICT Table 2);
+  (λ = 0.5, a modelling choice fitted to no figure: with λ = 1 an 8-wide
+  tree would hold nearly all of the target's mass and sampling could hardly
+  lower acceptance; with λ = 0 no drafted sibling could be accepted);
 * m = 1 − ``target_spread``·(1 − z_u) for children predicting position u
   (z_u its predictability, the latent behind the draft's confidence), raised
   where needed so that g stays the most probable token: a confidently drafted
