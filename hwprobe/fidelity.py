@@ -270,6 +270,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _parts_table(results) -> list[str]:
+    """Markdown lines: each configuration's time per part, live / replay, summed over the validation cycles."""
+    lines = [
+        "Time per part, summed over the validation cycles (ms, live / replay):",
+        "",
+        "| selector | slots | draft | select | verify | commit |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in results:
+        p = v.errors["parts_ms"]
+        lines.append(f"| {v.selector} | {v.slots} | " + " | ".join(
+            f"{p[k][0]:.0f} / {p[k][1]:.0f}" for k in ("draft", "select", "verify", "commit")) + " |")
+    return lines
+
+
 def _report(results, one_pass, val_runs, profile, cost, trace, model_text, device, started, load_before,
             load_after, elapsed, args, slot_grid) -> str:
     from simmoe.validation.live import GOAL_CYCLE_ERROR, GOAL_TPS_ERROR, format_table, meets_goals
@@ -349,15 +364,8 @@ def _report(results, one_pass, val_runs, profile, cost, trace, model_text, devic
         "copies) — what any timing model that sees only those counts would miss by, i.e. the machine's own "
         "cycle-to-cycle variation.",
         "",
-        "Time per part, summed over the validation cycles (ms, live / replay):",
-        "",
-        "| selector | slots | draft | select | verify | commit |",
-        "|---|---|---|---|---|---|",
     ]
-    for v in results:
-        p = v.errors["parts_ms"]
-        lines.append(f"| {v.selector} | {v.slots} | " + " | ".join(
-            f"{p[k][0]:.0f} / {p[k][1]:.0f}" for k in ("draft", "select", "verify", "commit")) + " |")
+    lines += _parts_table(results)
     lines += ["", "Greedy replay is exact: a mismatch in accepted tokens stops the command (`CheckFailed`) "
               "before it writes this report.", ""]
     one_met = sum(meets_goals(v) for v in one_pass)
@@ -534,16 +542,7 @@ def _t1_report(results, runs, *, sampling=None, plain=None, profile=None) -> str
             "with the temperature-0 timing alone (commit and selector time of the temperature-0 fitting runs).",
             "",
         ]
-    lines += [
-        "Time per part, summed over the validation cycles (ms, live / replay):",
-        "",
-        "| selector | slots | draft | select | verify | commit |",
-        "|---|---|---|---|---|---|",
-    ]
-    for v in results:
-        p = v.errors["parts_ms"]
-        lines.append(f"| {v.selector} | {v.slots} | " + " | ".join(
-            f"{p[k][0]:.0f} / {p[k][1]:.0f}" for k in ("draft", "select", "verify", "commit")) + " |")
+    lines += _parts_table(results)
     lines += [
         "",
         "As at temperature 0, verification of drafting cycles reads short and drafting long in the replay: the "
