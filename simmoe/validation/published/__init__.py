@@ -11,8 +11,9 @@ figure of ``shared/design/CALIBRATION.md`` and writes one markdown report:
   ``simmoe bound`` computes it), the 60 %-accurate route predictor (§4.6),
   the RTX 4090 Table 4 (§4.5), and EVICT's resident-experts regime (EVICT
   Tables 1–2 and its §4.3 averages, with the ``a100-sxm-resident`` profile and
-  again with the physical cost model; Table 6 at batch 4–64; Tables 7–11 on
-  Ling-flash-2.0, Qwen3-235B-A22B and the dense Hunyuan-7B);
+  again with the physical cost model, at temperature 0 and 1; Table 6 at batch
+  4–64; Tables 7–11 on Ling-flash-2.0, Qwen3-235B-A22B and the dense
+  Hunyuan-7B, at both temperatures where published);
 * the **fit set**, apart: SpecFit Table 3 (GSM8K, A100) and the CNN/DM
   workload figures, which the presets and profiles were fitted to;
 * goals with PASS/MISS (gains over EAGLE-3 within 5 percentage points,
@@ -49,8 +50,9 @@ Modules, in pipeline order:
 * ``sources`` — ``SOURCES``, the ordered list of those (add a source here),
   and ``build_rows``;
 * ``pipeline`` — ``Predictions`` and ``run_predictions``;
-* ``formatting``, ``analysis``, ``markdown`` — the report's text
-  (``render_markdown``);
+* ``formatting``, ``analysis``, ``why``, ``markdown`` — the report's text
+  (``render_markdown``; ``why`` gives each EVICT section with a missed goal
+  the reasons its run's numbers show);
 * ``cli`` (and ``__main__``) — the command line (``main``).
 """
 

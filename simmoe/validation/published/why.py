@@ -29,6 +29,7 @@ import numpy as np
 from simmoe.validation.published.rows import Row
 from simmoe.validation.published.settings import published
 
+FLAT_CK = 1.5   # Table 6: a C(32)/C(1) below this counts as flat in the sentences
 BENCH_NAMES = {"alpaca": "Alpaca", "gsm8k": "GSM8K", "humaneval": "HumanEval", "qa": "QA",
                "mt_bench": "MT-Bench", "cnndm": "CNN/DM"}
 
@@ -352,7 +353,7 @@ def _why_physical(rows, pred, model: str, temperature: int) -> list[str]:
 
     pub = published()
     benches = [b for b in (_physical(pub, model, ds, temperature) for ds in BENCHES) if b.keys["evict"] in pred.runs]
-    out = _implied_cycle_sentence(rows, pred, benches)
+    out = _vanilla_sentence(rows, benches) + _implied_cycle_sentence(rows, pred, benches)
     gains = _missed(rows, "gain")
     mats_v = _mat_missed(rows, "evict")
     ck = _ck_runs(pred, benches, _model_label(model) + _tp_label(model))
@@ -367,6 +368,20 @@ def _why_physical(rows, pred, model: str, temperature: int) -> list[str]:
     return out
 
 
+def _vanilla_sentence(rows: list[Row], benches: list[Bench]) -> list[str]:
+    """Vanilla on the other benchmarks: one step_ms (fitted on QA) serves all; the published ones beside QA's."""
+    van = [r for r in rows if r.goal == "vanilla"]
+    miss = [r for r in van if r.status == "MISS"]
+    qa = next((b.tps.get("vanilla") for b in benches if b.name == "qa"), None)
+    if not miss or not qa:
+        return []
+    return ["Vanilla: one step_ms per model and temperature, fitted to QA's vanilla tokens/s, serves every "
+            "benchmark, whose simulated vanilla then differs only through its context lengths "
+            f"({_rng([r.simulated for r in van])} tokens/s); the published vanilla of "
+            + ", ".join(f"{BENCH_NAMES[r.quantity.split(':')[0]]} is {r.published:.1f} tokens/s, "
+                        f"{_pct(r.published / qa - 1)} from QA's {qa:.1f}" for r in miss) + "."]
+
+
 def _model_label(model: str) -> str:
     return {"qwen3-30b-a3b": "Qwen3-30B-A3B", "ling-flash-2.0": "Ling-flash-2.0",
             "qwen3-235b-a22b": "Qwen3-235B-A22B", "hunyuan-7b": "Hunyuan-7B"}[model]
@@ -376,7 +391,7 @@ def _tp_label(model: str) -> str:
     from simmoe.validation.published.physical_runs import MODELS
 
     tp = MODELS[model][0].partition(":tp")[2]
-    return f" (tensor parallelism {tp})" if tp else ""
+    return f", tensor parallelism {tp}" if tp else ""
 
 
 def _why_hunyuan(rows, pred) -> list[str]:
@@ -394,7 +409,7 @@ def _why_hunyuan(rows, pred) -> list[str]:
         "evict_c1", np.nan) for b in benches]
     if _missed(rows, "gain") and np.isfinite(slope).all():
         sim_gains = _rng([r.simulated for r in rows if r.goal == "gain"], "{:+.1f}")
-        nodes_v, nodes_e = _rng([v for v, _ in ev]), _rng([e for _, e in ev], "{:.0f}")
+        nodes_v, nodes_e = _rng([v for v, _ in ev]), _rng([e for _, e in ev])
         out.append(f"Gains: EVICT verifies {nodes_v} of EAGLE-3's {nodes_e} "
                    f"draft tokens, so its gain is {sim_gains} %:"
                    f" the C(k) profiled on the dense model's pools has C(32)/C(1) = {_rng(slope, '{:.2f}')} (reading "
@@ -448,7 +463,7 @@ def _why_table6(rows, pred) -> list[str]:
                    "implies by " + "; ".join(per) + ". The batched step is one forward over every request's "
                    "tokens plus the step_ms fitted to vanilla QA at every batch size; the Mat behind the implied "
                    "step is Table 2's (SGLang, batch 1), not measured under vLLM.")
-    parts = {}
+    parts, flat, over = {}, [], []
     for r in rows:
         if r.goal != "gain" or r.status != "MISS":
             continue
@@ -460,6 +475,10 @@ def _why_table6(rows, pred) -> list[str]:
         step_e = se.get("ms_per_step_full", se["ms_per_cycle"])
         step_v = sv.get("ms_per_step_full", sv["ms_per_cycle"])
         ck = v.extra.get("evict_cK", np.nan) / v.extra.get("evict_c1", np.nan)
+        if ck < FLAT_CK:
+            flat.append((f"{BENCH_NAMES[bench]} batch {b}", sv["draft_nodes"], r.simulated, r.published))
+        elif r.simulated > r.published:
+            over.append((f"{BENCH_NAMES[bench]} batch {b}", step_e / step_v, sv["mat"] / se["mat"]))
         parts.setdefault(bench, []).append(
             f"batch {b}: C(32)/C(1) {ck:.2f}, {sv['draft_nodes']:.1f} tokens, Mat ×{sv['mat'] / se['mat']:.2f}, "
             f"step ×{step_e / step_v:.2f} → {r.simulated:+.1f} % (published {r.published:+.1f} %)")
@@ -467,9 +486,16 @@ def _why_table6(rows, pred) -> list[str]:
         out.append("EVICT's gain where it misses, with the C(k) profiled at that batch size (its slope; per "
                    "request the draft tokens EVICT verifies of EAGLE-3's 32, EVICT's Mat over EAGLE-3's, and "
                    "EAGLE-3's step time over EVICT's): "
-                   + "; ".join(f"{BENCH_NAMES[k]} " + ", ".join(v) for k, v in parts.items())
-                   + ". The gain is the Mat ratio times the step ratio: where the simulated gain is above the "
-                   "paper's, cutting EAGLE-3's tree shortens the simulated step more than it costs in Mat.")
+                   + "; ".join(f"{BENCH_NAMES[k]} " + ", ".join(v) for k, v in parts.items()) + ".")
+        if flat:
+            out[-1] += (f" Where the profiled C(k) is flat (C(32)/C(1) below {FLAT_CK}: "
+                        + ", ".join(x[0] for x in flat) + f") EVICT keeps {_rng([x[1] for x in flat])} of the 32 "
+                        f"tokens and gains {_rng([x[2] for x in flat], '{:+.1f}')} %, where the paper's EVICT "
+                        f"gains {_rng([x[3] for x in flat], '{:+.1f}')} %.")
+        if over:
+            out[-1] += (" Where the simulated gain is above the published one (" + ", ".join(x[0] for x in over)
+                        + f"), EVICT's shorter tree makes the step ×{_rng([x[1] for x in over], '{:.2f}')} faster "
+                        f"for a Mat ×{_rng([x[2] for x in over], '{:.2f}')} of EAGLE-3's.")
     van = [r for r in rows if r.goal == "vanilla" and r.status == "MISS"]
     fit = {_batch_of(r): r for r in pred.rows if r.role == "fit" and r.section == rows[0].section}
     if van:
