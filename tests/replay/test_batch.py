@@ -178,9 +178,8 @@ def test_specfit_sees_a_cheaper_subtree_when_the_batch_covers_its_experts():
 
 
 def test_offload_marginal_cost_adds_the_others_tokens_and_experts_to_the_intercepts():
-    from solvers.cost import CostModel
-
     from simmoe.replay.batch import BatchCost
+    from solvers.cost import CostModel
 
     base = PROFILE.cost_model(False)
     bc = BatchCost(PROFILE, base, 8, 3)
@@ -236,7 +235,7 @@ def test_offload_batched_specfit_maximises_its_tokens_per_predicted_step_time(se
             lo, hi = int(trace.node_ptr[row]), int(trace.node_ptr[row + 1])
             par, prob = trace.node_parent[lo:hi], trace.node_p[lo:hi].astype(np.float64)
 
-            def ratio(nodes):
+            def ratio(nodes, row=row, others=others, prob=prob, n_others=n_others):
                 new = len((root(row) | pairs(row, nodes)) - others)
                 reward = 1.0 + sum(float(prob[v]) for v in nodes)
                 return reward / (base.b[len(nodes)] + PROFILE.token_ms * n_others + base.beta * (len(others) + new))
