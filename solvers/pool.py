@@ -59,13 +59,22 @@ def _check_parents(par: np.ndarray) -> None:
 
 
 def _read_only(arr):
-    if arr is None:
-        return None
+    if arr is None or (type(arr) is np.ndarray and not arr.flags.writeable):
+        return arr
     arr = np.asarray(arr)
     if arr.flags.writeable:
         arr = arr.view()
         arr.flags.writeable = False
     return arr
+
+
+class _RootRoute:
+    """The root's flat pair ids as routed (repeats possible): :attr:`Pool.root_pairs` before it is first read."""
+
+    __slots__ = ("flat",)
+
+    def __init__(self, flat: np.ndarray):
+        self.flat = flat
 
 
 def _free_bitmap(free, L: int, N: int) -> np.ndarray:
@@ -124,7 +133,7 @@ class Pool:
 
     __slots__ = ("n", "parents", "probs", "levels", "depth", "num_layers",
                  "num_experts", "root_count", "masks", "ancestors", "credits", "packed",
-                 "pair_ids", "root_pairs", "_cache")
+                 "pair_ids", "_root_pairs", "_cache")
 
     def __init__(self, parents, probs, levels, num_layers, num_experts, root_count, masks,
                  credits=None, *, packed=None, pair_ids=None, root_pairs=None):
@@ -151,8 +160,17 @@ class Pool:
         self.credits: tuple[int, ...] = tuple(credits)
         self.packed: np.ndarray | None = _read_only(packed)
         self.pair_ids: np.ndarray | None = _read_only(pair_ids)
-        self.root_pairs: np.ndarray | None = _read_only(root_pairs)
+        # an array, or the root's flat pair ids with repeats (_RootRoute), sorted and made unique when first read
+        self._root_pairs = root_pairs if isinstance(root_pairs, _RootRoute) else _read_only(root_pairs)
         self._cache: dict = {}
+
+    @property
+    def root_pairs(self) -> np.ndarray | None:
+        """Flat ids (layer·N + expert) of the root's distinct pairs, ascending (read-only), or None."""
+        rp = self._root_pairs
+        if isinstance(rp, _RootRoute):
+            rp = self._root_pairs = _read_only(np.unique(rp.flat))
+        return rp
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -213,7 +231,7 @@ class Pool:
         in_root = np.zeros(L * N, dtype=bool)
         in_root[root_flat] = True
         root_count = int(np.count_nonzero(in_root))
-        root_pairs = np.flatnonzero(in_root)
+        root_pairs = _RootRoute(root_flat)     # only batched selection reads them: built when first read
         if n == 0:
             masks: tuple[int, ...] = ()
             credits: list[int] | None = []
@@ -237,6 +255,8 @@ class Pool:
             raw, nb = packed.tobytes(), packed.shape[1]
             masks = tuple([from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n)])
             credits = None      # computed from the masks by __init__ (n short int ops)
+        packed.flags.writeable = False      # fresh arrays: read-only in place, no view needed
+        used.flags.writeable = False
         return cls(tuple(plist), tuple(plain_p), tuple(levels), L, N, root_count, masks,
                    credits, packed=packed, pair_ids=used, root_pairs=root_pairs)
 
@@ -262,7 +282,7 @@ class Pool:
             sub.root_count, sub.masks = self.root_count, self.masks[:m]
             sub.ancestors, sub.credits = self.ancestors[:m], self.credits[:m]
             sub.packed = None if self.packed is None else self.packed[:m]
-            sub.pair_ids, sub.root_pairs = self.pair_ids, self.root_pairs
+            sub.pair_ids, sub._root_pairs = self.pair_ids, self._root_pairs
             sub._cache = {}
             return sub, keep
         new_id = {v: i for i, v in enumerate(keep)}
@@ -271,7 +291,7 @@ class Pool:
                    tuple(self.levels[v] for v in keep), self.num_layers, self.num_experts,
                    self.root_count, tuple(self.masks[v] for v in keep),
                    packed=None if self.packed is None else self.packed[list(keep)],
-                   pair_ids=self.pair_ids, root_pairs=self.root_pairs)
+                   pair_ids=self.pair_ids, root_pairs=self._root_pairs)
         return sub, keep
 
     def with_free(self, free) -> Pool:
