@@ -193,7 +193,9 @@ def trace_section(rep: TraceReport, settings: ReportSettings, profiles: dict) ->
                 f"model). Resident: `{regimes.RESIDENT}`, the physical cost model (SpecFit's b_k and β derived "
                 "from it, EVICT's C(k) profiled on the trace; docs/models-and-gpus.md). Batches > 1 decode with "
                 "continuous batching and the batch-aware costs (docs/replay.md); tokens/s are aggregate, "
-                "speedups over AR without a cache in the same regime and batch. No published figure.", "",
+                "speedups over AR without a cache in the same regime and batch. Cost-model selectors are "
+                "charged the SpecFit paper's median selector time in both regimes (last column), which weighs "
+                "more against a resident step of a few ms than against an offloaded one. No published figure.", "",
                 regimes.regime_table(rep.regimes), ""]
     if rep.prefetch is not None:
         from simmoe.report.prefetch import section as prefetch_section
