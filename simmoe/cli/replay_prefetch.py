@@ -25,7 +25,7 @@ PREFETCH_COLUMNS = tuple(COLUMNS)
 
 
 def add_arguments(p) -> None:
-    from simmoe.replay.prefetch import PREFETCH_POLICIES
+    from simmoe.replay.prefetch_policies import PREFETCH_POLICIES
 
     p.add_argument("--prefetch", default="none", metavar="POLICY",
                    help="copy predicted experts ahead of the forward: " + ", ".join(PREFETCH_POLICIES)
@@ -80,13 +80,14 @@ def setup(args, names, base, profile, trace, batch: int) -> PrefetchRun | None:
     """Check ``--prefetch`` / ``--timeline`` (one line, exit 2); None when the default replay applies."""
     from pathlib import Path
 
-    from simmoe.replay.prefetch import check_prefetch, check_prefetch_setting
+    from simmoe.replay.prefetch_policies import check_prefetch
     from simmoe.replay.selectors import SELECTORS
 
     policy = check_prefetch(args.prefetch)
     coupled = any(SELECTORS[n].uses_residency for n in names)
     if policy == "none" and args.timeline is None and not coupled:
         return None
+    from simmoe.replay.prefetch import check_prefetch_setting
     if args.timeline is not None:
         if args.requests is None:
             raise SimmoeError("--timeline needs --requests N: a timeline holds a few hundred events per "

@@ -112,7 +112,7 @@ class HardwareProfile:
                 + (f"the physical profile {alt} derives them from the model's geometry and the GPU "
                    f"(--hardware {alt})" if alt else "fit them (simmoe fit, hwprobe calibrate) or use a physical "
                    "profile MODEL@GPU[+LINK] (simmoe models)"))
-        return ProfileCostModel(b, beta, self.name, self.counterpart() or "")
+        return ProfileCostModel(b, beta, self.name, self.counterpart)    # looked up if an error needs it
 
     def counterpart(self) -> str | None:
         """The physical profile ``MODEL@GPU[+LINK]`` of this profile's model, GPU and regime, if catalogued."""

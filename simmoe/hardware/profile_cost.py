@@ -14,17 +14,29 @@ from solvers.cost import CostModel
 
 
 class ProfileCostModel(CostModel):
-    """``CostModel(b, beta)`` read from profile ``profile``; ``counterpart``: its physical profile (or "")."""
+    """``CostModel(b, beta)`` read from profile ``profile``; ``counterpart``: its physical profile (or "").
 
-    __slots__ = ("profile", "counterpart")
+    ``counterpart`` may be given as a zero-argument callable that finds it: it
+    is looked up when first read (only an error message reads it), because
+    finding it loads the model and GPU catalogue.
+    """
 
-    def __init__(self, b, beta, profile: str = "", counterpart: str = ""):
+    __slots__ = ("profile", "_counterpart")
+
+    def __init__(self, b, beta, profile: str = "", counterpart=""):
         super().__init__(b, beta)
         self.profile = str(profile)
-        self.counterpart = str(counterpart or "")
+        self._counterpart = counterpart if callable(counterpart) else str(counterpart or "")
+
+    @property
+    def counterpart(self) -> str:
+        c = self._counterpart
+        if callable(c):
+            c = self._counterpart = str(c() or "")
+        return c
 
     def __reduce__(self):
-        return (ProfileCostModel, (self.b, self.beta, self.profile, self.counterpart))
+        return (ProfileCostModel, (self.b, self.beta, self.profile, self._counterpart))
 
     __eq__ = CostModel.__eq__
     __hash__ = CostModel.__hash__

@@ -89,9 +89,9 @@ import numpy as np
 from simmoe.errors import CheckFailed, SimmoeError
 from simmoe.replay.caches import _LOWEST, LRUCache
 from simmoe.replay.engine import ReplayResult
+from simmoe.replay.prefetch_policies import check_prefetch
 from simmoe.replay.timing import drawn_copy_forward, fixed_copy_layer_ends
 
-PREFETCH_POLICIES = ("none", "draft", "next-layer", "oracle")
 PREFETCH_CACHES = ("lru", "none")
 PREFETCH_SEED_SALT = 0x9F  # prefetch copy durations come from their own random stream
 
@@ -100,13 +100,6 @@ PREFETCH_CYCLE_COLUMNS = ("prefetched", "useful", "wasted")
 # per-token counters it adds to a summary
 PREFETCH_COUNTERS = ("prefetched_per_token", "useful_per_token", "wasted_per_token",
                      "saved_ms_per_token", "saved_pct")
-
-
-def check_prefetch(policy: str) -> str:
-    """Return ``policy`` if it names a prefetch policy, else raise :class:`SimmoeError` (one line)."""
-    if policy not in PREFETCH_POLICIES:
-        raise SimmoeError(f"unknown prefetch policy {policy!r}; choose one of {', '.join(PREFETCH_POLICIES)}")
-    return policy
 
 
 def check_prefetch_setting(policy: str, *, profile, config, selectors=(), batch: int = 1,

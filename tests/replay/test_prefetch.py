@@ -12,7 +12,6 @@ from simmoe.errors import SimmoeError
 from simmoe.hardware.profile import load_profile
 from simmoe.replay.engine import ReplayConfig, plan, simulate
 from simmoe.replay.prefetch import (
-    PREFETCH_POLICIES,
     PrefetchModel,
     _selector_times,
     _timer,
@@ -21,6 +20,7 @@ from simmoe.replay.prefetch import (
     replay_prefetch,
     simulate_prefetch,
 )
+from simmoe.replay.prefetch_policies import PREFETCH_POLICIES
 from simmoe.replay.prefetch_reference import reference_replay
 
 L, N, K = 4, 8, 2  # L a power of two: per-layer times stay binary fractions
