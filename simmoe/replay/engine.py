@@ -383,6 +383,9 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
     draft_cost: dict[int, float] = {}
     no_cache = policy == "none"
     zeros = np.zeros(L, dtype=np.int64)
+    # KV tokens each forward reads (physical profiles only), as plain ints
+    context = (p.prompt_len[p.request].astype(np.int64) + p.position).tolist() if timer.physical is not None \
+        else [0] * C
     for c, demand in _forwards(trace, p):
         if no_cache:  # the cache's own semantics, without its bookkeeping: every expert is a miss
             h, m = zeros, demand.sum(axis=1)
@@ -394,8 +397,7 @@ def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult
             pre_ms[r] = timer.prefill_ms(int(p.prompt_len[r]), h, m)
             continue
         hits[c], misses[c] = h.sum(), m.sum()
-        forward_ms[c] = timer.forward_ms(1 + int(p.draft_nodes[c]), h, m,
-                                         context=int(p.prompt_len[p.request[c]]) + int(p.position[c]))
+        forward_ms[c] = timer.forward_ms(1 + int(p.draft_nodes[c]), h, m, context=context[c])
         lv = int(p.drafted_levels[c])
         if lv not in draft_cost:
             draft_cost[lv] = float(timer.draft_ms(lv)) if lv > 0 else 0.0
