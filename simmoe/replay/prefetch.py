@@ -146,16 +146,16 @@ def check_prefetch_setting(policy: str, *, profile, config, selectors=(), batch:
 class PrefetchLRU(LRUCache):
     """:class:`LRUCache` that also takes prefetched experts between its forwards.
 
-    :meth:`insert` makes an expert resident and most recently used (its stamp
-    lies between the previous forward's and the next forward's), evicting the
-    victim the model chose from :meth:`eviction_order` when the layer is full.
+    :meth:`insert_many` makes experts resident and most recently used (their
+    stamps lie between the previous forward's and the next forward's),
+    evicting the least recently used unprotected experts of a full layer.
     Forwards behave exactly as :class:`LRUCache`'s.
     """
 
     policy = "lru"
 
     def insert_many(self, pairs: np.ndarray, per_layer: np.ndarray, protected: np.ndarray) -> None:
-        """Insert the flat (layer·N + expert) ``pairs`` in order, as :meth:`insert` one by one would.
+        """Insert the flat (layer·N + expert) ``pairs`` in order, each most recently used at its turn.
 
         In a full layer each insertion evicts the least recently used resident
         expert outside ``protected`` [L, N].  So a layer keeps its protected
@@ -174,10 +174,10 @@ class PrefetchLRU(LRUCache):
         if self._count.max(initial=0) <= self.slots:
             return
         over = np.flatnonzero(self._count > self.slots)
-        if not protected.any():
-            key = self._stamp[over]
-        else:
-            key = np.where(protected[over], self._stamp[over] + self.STAMP_LIMIT, self._stamp[over])
+        key = self._stamp[over]
+        kept = protected[over]
+        if kept.any():
+            key = np.where(kept, key + self.STAMP_LIMIT, key)
         masked = np.where(self.resident[over], key, _LOWEST)
         cut = self.num_experts - self.slots
         threshold = np.partition(masked, cut, axis=1)[:, cut]
@@ -186,22 +186,26 @@ class PrefetchLRU(LRUCache):
         if not self.resident.reshape(-1)[pairs].all():     # protected ones rank first: no room was left
             raise CheckFailed("prefetch: a full layer has no expert left to evict")
 
-    def eviction_order(self, layer: int, protected: np.ndarray) -> list:
-        """The layer's resident experts outside ``protected``, least recently used first."""
-        cand = np.flatnonzero(self.resident[layer] & ~protected)
-        return cand[np.argsort(self._stamp[layer, cand], kind="stable")].tolist()
 
-    def insert(self, layer: int, expert: int, victim: int = -1) -> None:
-        """Make ``expert`` resident and most recently used in ``layer``, evicting ``victim`` (-1: a free slot)."""
-        if self._clock + 2 * self.num_experts + 1 >= self.STAMP_LIMIT:
+    def insert_layer(self, layer: int, experts: np.ndarray, protected: np.ndarray) -> None:
+        """:meth:`insert_many` for ``experts`` (ids, in order) of one ``layer``, ``protected`` [N].
+
+        Next-layer prefetch inserts one layer at a time, on its hot path: this
+        sorts that layer's candidates only.
+        """
+        n = len(experts)
+        if self._clock + 2 * self.num_experts + n >= self.STAMP_LIMIT:
             self._renumber()
-        if victim >= 0:
-            self.resident[layer, victim] = False
-        else:
-            self._count[layer] += 1
-        self.resident[layer, expert] = True
-        self._stamp[layer, expert] = self._clock
-        self._clock += 1
+        evict = max(0, int(self._count[layer]) + n - self.slots)
+        if evict:
+            cand = np.flatnonzero(self.resident[layer] & ~protected)
+            if len(cand) < evict:
+                raise CheckFailed("prefetch: a full layer has no expert left to evict")
+            self.resident[layer, cand[np.argsort(self._stamp[layer, cand])[:evict]]] = False
+        self._count[layer] += n - evict
+        self.resident[layer, experts] = True
+        self._stamp[layer, experts] = self._clock + np.arange(n, dtype=np.int64)
+        self._clock += n
 
 
 # --------------------------------------------------------------------------
@@ -1013,18 +1017,8 @@ class PrefetchModel:
             return
         n = len(started)
         started = np.asarray(started, dtype=np.int64)
-        if cache is not None:        # PrefetchLRU.insert_many for one layer
-            if cache._clock + 2 * self.N + n >= cache.STAMP_LIMIT:
-                cache._renumber()
-            evict = max(0, int(cache._count[j]) + n - cache.slots)
-            if evict:
-                cand = np.flatnonzero(cache.resident[j] & ~self.pf_unused[j])
-                victims = cand[np.argsort(cache._stamp[j, cand], kind="stable")[:evict]]
-                cache.resident[j, victims] = False
-            cache._count[j] += n - evict
-            cache.resident[j, started] = True
-            cache._stamp[j, started] = cache._clock + np.arange(n, dtype=np.int64)
-            cache._clock += n
+        if cache is not None:
+            cache.insert_layer(j, started, self.pf_unused[j])
         else:
             self.staged[j, started] = True
             self.staged_count[j] += n
