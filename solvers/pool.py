@@ -59,8 +59,8 @@ def _check_parents(par: np.ndarray) -> None:
 
 
 def _read_only(arr):
-    if arr is None or (type(arr) is np.ndarray and not arr.flags.writeable):
-        return arr
+    if arr is None:
+        return None
     arr = np.asarray(arr)
     if arr.flags.writeable:
         arr = arr.view()
@@ -255,8 +255,6 @@ class Pool:
             raw, nb = packed.tobytes(), packed.shape[1]
             masks = tuple([from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n)])
             credits = None      # computed from the masks by __init__ (n short int ops)
-        packed.flags.writeable = False      # fresh arrays: read-only in place, no view needed
-        used.flags.writeable = False
         return cls(tuple(plist), tuple(plain_p), tuple(levels), L, N, root_count, masks,
                    credits, packed=packed, pair_ids=used, root_pairs=root_pairs)
 
