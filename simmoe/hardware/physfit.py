@@ -32,6 +32,12 @@ drafted level plus the head's physical time, an assumption; nor is the
 compute efficiency (0.5 of tensor-core peak), which no allowed figure
 identifies (the fitted forwards are memory-bound).  Everything runs
 on seeded synthetic traces, so the output is reproducible byte for byte.
+
+``--served-dtype fp8`` is a what-if, not the shipped fit: every model's
+weights are read at FP8 width (as if served with online FP8 quantisation,
+which EVICT does not state), and each setting carries ``served_dtype``.
+Point ``SIMMOE_PHYSICAL_FIT`` at the file to replay or validate with it
+(docs/models-and-gpus.md has what it changes).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from simmoe.errors import SimmoeError
+from simmoe.hardware.physical import SERVED_DTYPES
 
 TABLE1 = {  # model key -> (published.json table, tensor parallelism)
     "qwen3-30b-a3b": ("table1_qwen3_30b_a3b_t0", 1),
@@ -107,12 +114,16 @@ def union_states(traces, K: int, samples: int, batch: int = 1, seed: int = 0):
     return np.concatenate(us), np.concatenate(cs)
 
 
-def fit_ck(pub: dict, log: Callable[[str], None]) -> dict:
-    """η and forward_ms fitted to Table 4's C(k) on QA (Qwen3-30B-A3B, A100 SXM4 80GB)."""
+def fit_ck(pub: dict, log: Callable[[str], None], served_dtype: str | None = None) -> dict:
+    """η and forward_ms fitted to Table 4's C(k) on QA (Qwen3-30B-A3B, A100 SXM4 80GB).
+
+    ``served_dtype`` (e.g. ``"fp8"``) reads the weights at that width instead
+    of the checkpoint's (a what-if; the shipped fit uses the checkpoint's BF16).
+    """
     from scipy.optimize import least_squares
 
     from simmoe.hardware.catalogue import load_gpu, load_model
-    from simmoe.hardware.physical import Overheads, PhysicalModel, evict_cost_from_unions
+    from simmoe.hardware.physical import Overheads, PhysicalModel, evict_cost_from_unions, served_model
 
     t4 = pub["evict"]["table4_step_latency_ms"]
     ks = np.asarray(t4["k"], dtype=np.int64)
@@ -120,7 +131,7 @@ def fit_ck(pub: dict, log: Callable[[str], None]) -> dict:
     K = int(ks.max())
     log("C(k): EVICT-shaped traces of Qwen3-30B-A3B (gsm8k, cnndm presets)")
     unions, contexts = union_states(evict_traces("qwen3-30b-a3b"), K, UNION_SAMPLES)
-    model, gpu = load_model("qwen3-30b-a3b"), load_gpu("a100-sxm4-80gb")
+    model, gpu = served_model(load_model("qwen3-30b-a3b"), served_dtype), load_gpu("a100-sxm4-80gb")
 
     def predict(x):
         phys = PhysicalModel(model, gpu, overheads=Overheads(efficiency=float(x[0]), forward_ms=float(x[1])))
@@ -137,15 +148,15 @@ def fit_ck(pub: dict, log: Callable[[str], None]) -> dict:
             "at_bound": bool(eta >= 1.0 - 1e-6), "context_mean": float(contexts.mean())}
 
 
-def fit_steps(pub: dict, eta: float, fwd: float, log, temperature: int = 0) -> dict:
+def fit_steps(pub: dict, eta: float, fwd: float, log, temperature: int = 0, served_dtype: str | None = None) -> dict:
     """Per model: step_ms = vanilla QA step (at ``temperature``) − the physical forward over one token."""
     from simmoe.hardware.catalogue import load_gpu, load_model
-    from simmoe.hardware.physical import Overheads, PhysicalModel
+    from simmoe.hardware.physical import Overheads, PhysicalModel, served_model
 
     gpu = load_gpu("a100-sxm4-80gb")
     out = {}
     for key in (TABLE1 if temperature == 0 else TABLE1_T1):
-        m = load_model(key)
+        m = served_model(load_model(key), served_dtype)
         tp = {"ling-flash-2.0": 4, "qwen3-235b-a22b": 8}.get(key, 1)
         phys = PhysicalModel(m, gpu, tp=tp, overheads=Overheads(efficiency=eta, forward_ms=fwd))
         ctx = 300.0  # context tokens of a mid-answer QA step: the KV term is < 1% of the step here
@@ -159,12 +170,12 @@ def fit_steps(pub: dict, eta: float, fwd: float, log, temperature: int = 0) -> d
     return out
 
 
-def fit_table6(pub: dict, eta: float, fwd: float, log) -> dict:
+def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None = None) -> dict:
     """vLLM, batch 4–64: one step_ms per GPU fitted to the vanilla QA row; the best GPU is kept."""
     from scipy.optimize import least_squares
 
     from simmoe.hardware.catalogue import load_gpu, load_model
-    from simmoe.hardware.physical import Overheads, PhysicalModel
+    from simmoe.hardware.physical import Overheads, PhysicalModel, served_model
 
     t6 = pub["evict"]["table6_batch_vllm"]
     cols = t6["columns"]
@@ -177,7 +188,7 @@ def fit_table6(pub: dict, eta: float, fwd: float, log) -> dict:
     for B in batches:
         u, c = union_states(traces, 0, samples=24, batch=B, seed=B)
         states[B] = (u[:, 0, :], c)
-    model = load_model("qwen3-30b-a3b")
+    model = served_model(load_model("qwen3-30b-a3b"), served_dtype)
     fits = {}
     for g in TABLE6_GPUS:
         gpu = load_gpu(g)
@@ -204,14 +215,15 @@ def fit_table6(pub: dict, eta: float, fwd: float, log) -> dict:
     return {"gpu": best, "fits": fits, "batches": batches, "target": target.tolist(), "union_per_layer": unions}
 
 
-def run_fit(log: Callable[[str], None] = lambda s: None) -> dict:
+def run_fit(log: Callable[[str], None] = lambda s: None, served_dtype: str | None = None) -> dict:
     from simmoe.report.published import PUBLISHED
 
-    ck = fit_ck(PUBLISHED, log)
-    steps = fit_steps(PUBLISHED, ck["efficiency"], ck["forward_ms"], log)
-    steps_t1 = fit_steps(PUBLISHED, ck["efficiency"], ck["forward_ms"], log, temperature=1)
-    t6 = fit_table6(PUBLISHED, ck["efficiency"], ck["forward_ms"], log)
-    return {"ck": ck, "steps": steps, "steps_t1": steps_t1, "table6": t6}
+    ck = fit_ck(PUBLISHED, log, served_dtype)
+    eta, fwd = ck["efficiency"], ck["forward_ms"]
+    steps = fit_steps(PUBLISHED, eta, fwd, log, served_dtype=served_dtype)
+    steps_t1 = fit_steps(PUBLISHED, eta, fwd, log, temperature=1, served_dtype=served_dtype)
+    t6 = fit_table6(PUBLISHED, eta, fwd, log, served_dtype)
+    return {"ck": ck, "steps": steps, "steps_t1": steps_t1, "table6": t6, "served_dtype": served_dtype}
 
 
 def _fmt(v) -> str:
@@ -232,9 +244,14 @@ def to_toml(fit: dict) -> str:
 
     ck, steps, t6 = fit["ck"], fit["steps"], fit["table6"]
     best = t6["fits"][t6["gpu"]]
-    lines = [
+    dt = fit.get("served_dtype")
+    served = [f'served_dtype = "{dt}"  # what-if: weights read at {dt}, not the checkpoint\'s dtype'] if dt else []
+    what_if = [f"# WHAT-IF: every model's weights read at {dt} (--served-dtype {dt}); the shipped fit reads",
+               "# the checkpoints' own dtypes.  Use it with SIMMOE_PHYSICAL_FIT=<this file>.", "#"] if dt else []
+    lines = what_if + [
         "# Fitted terms of the physical cost model (simmoe.hardware.physical).  Written by",
-        "#   python -m simmoe.hardware.physfit --out simmoe/hardware/data/physical_fit.toml",
+        "#   python -m simmoe.hardware.physfit "
+        + (f"--served-dtype {dt} --out FILE" if dt else "--out simmoe/hardware/data/physical_fit.toml"),
         "# from seeded synthetic traces: do not edit by hand.  Fitted only to what",
         "# shared/design/CALIBRATION.md allows: EVICT Table 4's C(k) on QA, each model's vanilla",
         "# tokens/s on QA (Tables 1, 7, 8, 9 at temperature 0; Tables 1, 7, 8 at temperature 1)",
@@ -265,6 +282,7 @@ def to_toml(fit: dict) -> str:
               f"forward_ms = {_fmt(ck['forward_ms'])}",
               f"draft_step_ms = {_fmt(DRAFT_STEP_MS)}  # assumed",
               f"compute_efficiency = {_fmt(COMPUTE_EFFICIENCY)}  # assumed",
+              *served,
               f"default_step_ms = {_fmt(steps['qwen3-30b-a3b']['step_ms'])}",
               'fitted_to = "fitted to EVICT Table 4 C(k) on QA (Qwen3-30B-A3B)"',
               "", "[settings.sglang-a100.step_ms]"]
@@ -279,6 +297,7 @@ def to_toml(fit: dict) -> str:
                   f"forward_ms = {_fmt(ck['forward_ms'])}",
                   f"draft_step_ms = {_fmt(DRAFT_STEP_MS)}  # assumed",
                   f"compute_efficiency = {_fmt(COMPUTE_EFFICIENCY)}  # assumed",
+                  *served,
                   f"default_step_ms = {_fmt(steps_t1['qwen3-30b-a3b']['step_ms'])}",
                   'fitted_to = "carried over from sglang-a100 (fitted to EVICT Table 4 C(k) on QA)"',
                   "", f"[settings.{T1_SETTING}.step_ms]"]
@@ -290,6 +309,7 @@ def to_toml(fit: dict) -> str:
               f"forward_ms = {_fmt(ck['forward_ms'])}",
               f"draft_step_ms = {_fmt(DRAFT_STEP_MS)}  # assumed",
               f"compute_efficiency = {_fmt(COMPUTE_EFFICIENCY)}  # assumed",
+              *served,
               f"default_step_ms = {_fmt(best['step_ms'])}",
               'fitted_to = "carried over from sglang-a100 (fitted to EVICT Table 4 C(k) on QA)"',
               "", "[settings.vllm-table6.step_ms]",
@@ -309,6 +329,9 @@ def _step_lines(steps: dict, when: str = "") -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m simmoe.hardware.physfit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="TOML file to write (simmoe/hardware/data/physical_fit.toml)")
+    ap.add_argument("--served-dtype", choices=SERVED_DTYPES, default=None,
+                    help="what-if: read every model's weights at this width instead of the checkpoint's "
+                         "(writes served_dtype into each setting; use the file with SIMMOE_PHYSICAL_FIT)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     from simmoe.atomicio import write_text_atomic
@@ -317,7 +340,8 @@ def main(argv=None) -> int:
     if not out.parent.is_dir():
         print(f"physfit: error: no such folder {out.parent}", file=sys.stderr)
         return 2
-    fit = run_fit(log=(lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr)))
+    fit = run_fit(log=(lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr)),
+                  served_dtype=args.served_dtype)
     write_text_atomic(out, to_toml(fit))
     print(f"wrote {out}")
     return 0

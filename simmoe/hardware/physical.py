@@ -49,6 +49,7 @@ Profile names: ``MODEL@GPU[:tpN][+LINK][~SETTING]`` (e.g.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, replace
@@ -60,6 +61,8 @@ from simmoe.errors import ProfileError
 from simmoe.hardware.catalogue import DTYPE_BYTES, GPU, Link, ModelSpec, load_gpu, load_link, load_model
 
 FIT_FILE = Path(__file__).parent / "data" / "physical_fit.toml"
+FIT_ENV = "SIMMOE_PHYSICAL_FIT"   # another fit file (e.g. a what-if with --served-dtype); unset: FIT_FILE
+SERVED_DTYPES = ("fp8",)    # weight widths a setting may serve at instead of the checkpoint's
 DEFAULT_SETTING = "sglang-a100"
 DRAFT_VOCAB = 32_000        # SpecForge EAGLE-3 heads: a 32k draft vocabulary
 DRAFT_WIDTH = 8             # tokens per request per drafted level (EVICT's topk = 8)
@@ -201,10 +204,18 @@ class PhysicalModel:
 # --------------------------------------------------------------------------
 # fitted settings
 # --------------------------------------------------------------------------
+def fit_file() -> Path:
+    """The fitted settings in use: ``$SIMMOE_PHYSICAL_FIT`` when set (a what-if fit), else the shipped file."""
+    env = os.environ.get(FIT_ENV)
+    return Path(env) if env else FIT_FILE
+
+
 def load_settings(path: str | Path | None = None) -> dict[str, dict]:
     """The fitted settings of ``physical_fit.toml`` (written by ``python -m simmoe.hardware.physfit``)."""
-    p = Path(path) if path is not None else FIT_FILE
+    p = Path(path) if path is not None else fit_file()
     if not p.is_file():
+        if path is None and os.environ.get(FIT_ENV):
+            raise ProfileError(f"{FIT_ENV}={p}: no such file (write one with python -m simmoe.hardware.physfit)")
         return {}
     with open(p, "rb") as fh:
         return tomllib.load(fh).get("settings", {})
@@ -225,9 +236,29 @@ def overheads_for(setting: str, model_key: str) -> tuple[Overheads, dict]:
     src = (f"setting {setting}: efficiency and forward_ms {s.get('fitted_to', 'fitted')}; step_ms {how}; "
            f"draft_step_ms {s.get('draft_step_ms', DRAFT_STEP_MS)} ms and compute efficiency "
            f"{s.get('compute_efficiency', COMPUTE_EFFICIENCY)} assumed")
+    if s.get("served_dtype"):
+        src += f"; weights read at {s['served_dtype']} (a what-if: the checkpoint's dtype is in models.toml)"
     return Overheads(efficiency=float(s["efficiency"]), forward_ms=float(s["forward_ms"]), step_ms=float(step),
                      draft_step_ms=float(s.get("draft_step_ms", DRAFT_STEP_MS)),
                      compute_efficiency=float(s.get("compute_efficiency", COMPUTE_EFFICIENCY)), source=src), s
+
+
+def served_model(model: ModelSpec, served_dtype: str | None) -> ModelSpec:
+    """``model`` with its weights read at ``served_dtype`` (None: the checkpoint's own dtypes).
+
+    Serving a BF16 checkpoint with online FP8 quantisation (SGLang and vLLM
+    ``--quantization fp8``) halves the bytes every linear layer reads; routed
+    experts already narrower (MXFP4) stay as they are.  The LM head is counted
+    at the same width, an approximation of under 2 % of a batch-1 forward here.
+    """
+    if served_dtype is None:
+        return model
+    if served_dtype not in SERVED_DTYPES:
+        raise ProfileError(f"unknown served dtype {served_dtype!r}; known: {', '.join(SERVED_DTYPES)}")
+    w = DTYPE_BYTES[served_dtype]
+    expert = model.expert_dtype if DTYPE_BYTES[model.expert_dtype] <= w else served_dtype
+    dense = model.dtype if DTYPE_BYTES[model.dtype] <= w else served_dtype
+    return replace(model, dtype=dense, expert_dtype=expert)
 
 
 def tp_problem(model: ModelSpec, tp: int) -> str | None:
@@ -312,7 +343,8 @@ def build_profile(name: str):
     spec = parse_spec(name)
     model, gpu = load_model(spec["model"]), load_gpu(spec["gpu"])
     link: Link | None = load_link(spec["link"]) if spec["link"] else None
-    overheads, _ = overheads_for(spec["setting"], model.key)
+    overheads, setting = overheads_for(spec["setting"], model.key)
+    model = served_model(model, setting.get("served_dtype"))
     try:
         phys = PhysicalModel(model, gpu, tp=spec["tp"], overheads=overheads)
     except ProfileError as exc:

@@ -171,3 +171,67 @@ def test_physfit_reproduces_the_shipped_fit(tmp_path):
     out = tmp_path / "fit.toml"
     assert main(["--out", str(out), "--quiet"]) == 0
     assert out.read_text() == FIT_FILE.read_text()
+
+
+# --------------------------------------------------------------------------
+# what-if: weights served at FP8 (served_dtype, SIMMOE_PHYSICAL_FIT)
+# --------------------------------------------------------------------------
+def test_served_model_reads_weights_at_fp8_and_never_widens_narrower_ones():
+    from simmoe.hardware.physical import served_model
+
+    assert served_model(QWEN, None) is QWEN
+    q8 = served_model(QWEN, "fp8")
+    assert q8.expert_bytes * 2 == QWEN.expert_bytes
+    assert q8.dense_bytes * 2 == pytest.approx(QWEN.dense_bytes)
+    oss = load_model("gpt-oss-20b")      # MXFP4 experts stay MXFP4; its BF16 attention goes to FP8
+    o8 = served_model(oss, "fp8")
+    assert o8.expert_bytes == oss.expert_bytes and o8.dense_bytes < oss.dense_bytes
+    with pytest.raises(ProfileError, match="served dtype"):
+        served_model(QWEN, "int3")
+
+
+def _what_if_fit(tmp_path, dtype: str = "fp8"):
+    from simmoe.hardware.physical import FIT_FILE
+
+    head = "[settings.sglang-a100]\n"
+    text = FIT_FILE.read_text().replace(head, f'{head}served_dtype = "{dtype}"\n')
+    p = tmp_path / "fit.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_what_if_fit_file_serves_the_profile_at_its_dtype(tmp_path, monkeypatch):
+    base = build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
+    monkeypatch.setenv("SIMMOE_PHYSICAL_FIT", str(_what_if_fit(tmp_path)))
+    what_if = build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
+    assert what_if.expert_bytes * 2 == base.expert_bytes
+    assert what_if.expert_ms == pytest.approx(base.expert_ms / 2)
+    assert "weights read at fp8" in what_if.source
+    # a setting without served_dtype in the same file keeps the checkpoint's dtype
+    t1 = build_profile("qwen3-30b-a3b@a100-sxm4-80gb~sglang-a100-t1")
+    assert t1.expert_bytes == base.expert_bytes
+
+
+def test_a_missing_or_bad_what_if_fit_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMMOE_PHYSICAL_FIT", str(tmp_path / "absent.toml"))
+    with pytest.raises(ProfileError, match="SIMMOE_PHYSICAL_FIT") as exc:
+        build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
+    assert "\n" not in str(exc.value)
+    monkeypatch.setenv("SIMMOE_PHYSICAL_FIT", str(_what_if_fit(tmp_path, "int3")))
+    with pytest.raises(ProfileError, match="unknown served dtype"):
+        build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
+
+
+@pytest.mark.slow
+def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound():
+    """Table 4's slope needs more than the A100's peak at BF16; at FP8 width η lands inside its bounds."""
+    from simmoe.hardware.physfit import fit_ck
+    from simmoe.report.published import PUBLISHED
+
+    bf16, fp8 = fit_ck(PUBLISHED, lambda s: None), fit_ck(PUBLISHED, lambda s: None, "fp8")
+    assert bf16["at_bound"] and not fp8["at_bound"]
+    assert fp8["union_per_layer"] == bf16["union_per_layer"]      # the same pools: only the bytes differ
+
+    def worst(f):
+        return max(abs(p / t - 1) for p, t in zip(f["predicted"], f["target"], strict=True))
+    assert worst(fp8) < worst(bf16) / 2

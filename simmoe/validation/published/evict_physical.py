@@ -166,12 +166,14 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
 def _table4_rows(pub: dict, traces: dict[str, dict]) -> list[Row]:
     """Table 4's C(k) on QA beside the fitted cost model (fit set), read from physical_fit.toml's fit."""
     from simmoe.hardware.physfit import fit_ck
+    from simmoe.hardware.physical import load_settings
 
     fig = "evict.table4_step_latency_ms"
     sec = "EVICT step latency, Table 4 (QA row): the physical cost model's fit"
-    ck = _CK_CACHE.get("ck")
+    served = load_settings().get("sglang-a100", {}).get("served_dtype")   # a what-if fit file's width
+    ck = _CK_CACHE.get(("ck", served))
     if ck is None:
-        ck = _CK_CACHE.setdefault("ck", fit_ck(pub, lambda s: None))
+        ck = _CK_CACHE.setdefault(("ck", served), fit_ck(pub, lambda s: None, served))
     t4 = pub["evict"]["table4_step_latency_ms"]
     out = []
     for i, (k, a, b) in enumerate(zip(ck["k"], ck["target"], ck["predicted"], strict=True)):

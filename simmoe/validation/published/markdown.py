@@ -9,6 +9,7 @@ Deterministic: the same settings give the same text.
 from __future__ import annotations
 
 from simmoe.validation.published.analysis import render_analysis
+from simmoe.validation.published.evict_consistency import render_consistency
 from simmoe.validation.published.formatting import error_text, md_table, num
 from simmoe.validation.published.pipeline import Predictions
 from simmoe.validation.published.rows import Row
@@ -215,6 +216,9 @@ def _misses_section(pred: Predictions, val: list[Row], pub: dict) -> list[str]:
     out.append("")
     out.append(render_analysis(pred))
     out.append("")
+    consistency = render_consistency(pub)
+    if consistency:
+        out += [consistency, ""]
     return out
 
 
