@@ -149,6 +149,7 @@ def test_transformers_recipe_on_the_tiny_model(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hwprobe.tiny import target_dir
+    from hwprobe.tree import _cache_kwarg
 
     capture = doc_function("capture_hf_routes")
     model = AutoModelForCausalLM.from_pretrained(target_dir())
@@ -165,6 +166,7 @@ def test_transformers_recipe_on_the_tiny_model(tmp_path):
 
     # The doc's claim: these routes are those of step-by-step decoding with the KV cache.
     k = cfg.num_experts_per_tok
+    cache_kwarg = _cache_kwarg(model)   # `cache` in transformers 5.x, `past_key_values` before
     for r, prompt in enumerate(prompts):
         ids = tokenizer(prompt, return_tensors="pt").input_ids
         assert trace.requests.prompt_len[r] == ids.shape[1]
@@ -176,7 +178,7 @@ def test_transformers_recipe_on_the_tiny_model(tmp_path):
             for t in range(b - a):
                 o = model(
                     tokens[:, t : t + 1],
-                    past_key_values=cache,
+                    **{cache_kwarg: cache},
                     use_cache=True,
                     output_router_logits=True,
                 )
