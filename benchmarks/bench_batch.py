@@ -271,10 +271,10 @@ def main(argv=None) -> int:
     lines = [
         "# Batched replay: speed and memory (SYNTHETIC trace)", "",
         f"Command: `python benchmarks/bench_batch.py --trace {args.trace} --repeat {args.repeat} "
-        f"--baseline {args.baseline} --batch-requests {args.batch_requests}`, run under `flock /tmp/heavy.lock` "
+        f"--baseline {args.baseline} --batch-requests {args.batch_requests}`, run "
         f"on this tree (HEAD {head}{' + uncommitted changes to simmoe/solvers' if dirty else ''}); trace: the full "
         "80-request GSM8K preset (`simmoe synth --preset gsm8k`, SYNTHETIC), default profile a100-pcie-40gb, "
-        f"selector time fixed at 0.5 ms. Machine: {os.cpu_count()} CPUs, shared with other jobs while this ran. "
+        f"selector time fixed at 0.5 ms. Machine: {os.cpu_count()} CPUs, shared with other jobs. "
         "Every command ran from a neutral folder with `PYTHONPATH` naming the tree (checked: "
         "`simmoe.__file__`).", "",
         "## Verdict", "",
