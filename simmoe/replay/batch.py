@@ -50,10 +50,12 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
 from simmoe.errors import CheckFailed, SimmoeError
+from simmoe.replay.workers import run_groups, shared
 
 PERCENTILES = (50, 90, 99)
 
@@ -594,11 +596,8 @@ def replay_batched(trace, config, profile=None, batch: int = 1, *, plans: dict |
     return simulate_batched(trace, p, config, profile)
 
 
-_SHARED: dict = {}
-
-
-def _group(configs, batch, progress=None):
-    trace, profiles = _SHARED["trace"], _SHARED["profiles"]
+def _group(configs, progress=None, *, batch: int):
+    trace, profiles = shared()
     plans: dict = {}
     return [replay_batched(trace, c, profiles[c.hardware], batch, plans=plans, progress=progress) for c in configs]
 
@@ -619,29 +618,5 @@ def replay_all_batched(trace, configs, profiles: dict, batch: int, *, workers: i
     for i, cfg in enumerate(configs):
         groups.setdefault((cfg.hardware, plan_key(cfg)), []).append(i)
     order = sorted(groups.values(), key=lambda ix: not SELECTORS[configs[ix[0]].selector].uses_cost)
-    out: list = [None] * len(configs)
-    _SHARED.update(trace=trace, profiles=profiles)
-    try:
-        import multiprocessing as mp
-
-        if workers > 1 and len(order) > 1 and "fork" in mp.get_all_start_methods():
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=mp.get_context("fork")) as ex:
-                futures = {ex.submit(_group, [configs[i] for i in ix], batch): ix for ix in order}
-                for f in as_completed(futures):
-                    results = f.result()
-                    for i, res in zip(futures[f], results, strict=True):
-                        out[i] = res
-                    if on_done is not None:
-                        on_done(results)
-        else:
-            for ix in order:
-                results = _group([configs[i] for i in ix], batch, progress)
-                for i, res in zip(ix, results, strict=True):
-                    out[i] = res
-                if on_done is not None:
-                    on_done(results)
-    finally:
-        _SHARED.clear()
-    return out
+    return run_groups(order, configs, partial(_group, batch=batch), trace=trace, profiles=profiles,
+                      workers=workers, on_done=on_done, progress=progress)

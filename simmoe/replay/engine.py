@@ -44,6 +44,7 @@ from simmoe.replay.selectors import (
     accepted_length,
     make_selector,
 )
+from simmoe.replay.workers import run_groups, shared
 
 CACHE_POLICIES = ("lru", "lfu", "belady", "static", "none")
 TIMING_MODELS = ("event", "simpy", "closed")
@@ -521,11 +522,8 @@ def ar_baseline(config: ReplayConfig) -> ReplayConfig:
 # --------------------------------------------------------------------------
 # several configurations of one trace, in parallel
 # --------------------------------------------------------------------------
-_SHARED: dict = {}  # the trace and profiles, inherited by forked workers
-
-
 def _replay_group(configs: list[ReplayConfig], progress=None) -> list[ReplayResult]:
-    trace, profiles = _SHARED["trace"], _SHARED["profiles"]
+    trace, profiles = shared()
     plans: dict = {}
     return [replay(trace, cfg, profiles[cfg.hardware], plans=plans, progress=progress)
             for cfg in configs]
@@ -561,31 +559,5 @@ def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None,
         groups.setdefault((cfg.hardware, plan_key(cfg)), []).append(i)
     # the exact searches are the slow plans: start them first
     order = sorted(groups.values(), key=lambda ix: not (SELECTORS[configs[ix[0]].selector].uses_cost))
-    out: list[ReplayResult | None] = [None] * len(configs)
-    _SHARED.update(trace=trace, profiles=profiles)
-    try:
-        import multiprocessing as mp
-
-        fork = "fork" in mp.get_all_start_methods()
-        if workers > 1 and len(order) > 1 and fork:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=min(workers, len(order)),
-                                     mp_context=mp.get_context("fork")) as pool:
-                futures = {pool.submit(_replay_group, [configs[i] for i in ix]): ix for ix in order}
-                for f in as_completed(futures):
-                    results = f.result()
-                    for i, res in zip(futures[f], results):
-                        out[i] = res
-                    if on_done is not None:
-                        on_done(results)
-        else:
-            for ix in order:
-                results = _replay_group([configs[i] for i in ix], progress)
-                for i, res in zip(ix, results):
-                    out[i] = res
-                if on_done is not None:
-                    on_done(results)
-    finally:
-        _SHARED.clear()
-    return out  # type: ignore[return-value]
+    return run_groups(order, configs, _replay_group, trace=trace, profiles=profiles, workers=workers,
+                      on_done=on_done, progress=progress)

@@ -91,6 +91,7 @@ from simmoe.replay.caches import _LOWEST, LRUCache
 from simmoe.replay.engine import ReplayResult
 from simmoe.replay.prefetch_policies import check_prefetch
 from simmoe.replay.timing import drawn_copy_forward, fixed_copy_layer_ends
+from simmoe.replay.workers import run_groups, shared
 
 PREFETCH_CACHES = ("lru", "none")
 PREFETCH_SEED_SALT = 0x9F  # prefetch copy durations come from their own random stream
@@ -1398,11 +1399,8 @@ def _unprefetched(res: ReplayResult, policy: str, paired: bool) -> PrefetchResul
                           baseline_decode_ms=float(np.sum(res.requests["decode_ms"])) if paired else None)
 
 
-_SHARED: dict = {}  # the trace and profiles, inherited by forked workers
-
-
 def _group(jobs: list, progress=None) -> list:
-    trace, profiles = _SHARED["trace"], _SHARED["profiles"]
+    trace, profiles = shared()
     plans: dict = {}
     return [replay_prefetch(trace, cfg, profiles[cfg.hardware], pol, plans=plans, paired=paired,
                             timeline=tl, progress=progress) for cfg, pol, paired, tl in jobs]
@@ -1427,30 +1425,5 @@ def replay_all_prefetch(trace, configs: list, profiles: dict, policies, *, worke
         key = (cfg.hardware, plan_key(cfg)) if not uses_residency(cfg.selector) else ("coupled", i)
         groups.setdefault(key, []).append(i)
     order = sorted(groups.values(), key=lambda ix: not uses_residency(configs[ix[0]].selector))
-    out: list = [None] * len(configs)
-    _SHARED.update(trace=trace, profiles=profiles)
-    try:
-        import multiprocessing as mp
-
-        if workers > 1 and len(order) > 1 and "fork" in mp.get_all_start_methods():
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=min(workers, len(order)),
-                                     mp_context=mp.get_context("fork")) as pool:
-                futures = {pool.submit(_group, [jobs[i] for i in ix]): ix for ix in order}
-                for f in as_completed(futures):
-                    results = f.result()
-                    for i, res in zip(futures[f], results, strict=True):
-                        out[i] = res
-                    if on_done is not None:
-                        on_done(results)
-        else:
-            for ix in order:
-                results = _group([jobs[i] for i in ix], progress)
-                for i, res in zip(ix, results, strict=True):
-                    out[i] = res
-                if on_done is not None:
-                    on_done(results)
-    finally:
-        _SHARED.clear()
-    return out
+    return run_groups(order, jobs, _group, trace=trace, profiles=profiles, workers=workers, on_done=on_done,
+                      progress=progress)
