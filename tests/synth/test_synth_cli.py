@@ -47,6 +47,24 @@ def test_overrides_are_recorded(tmp_path, capsys):
     assert tr.pool_shape.depth == 3 and int(tr.node_level.max()) <= 3
 
 
+def test_the_drafter_shape_flags_change_the_pools(tmp_path):
+    """--runner-up-share moves draft mass to the siblings; every override flag names a SynthParams field."""
+    from simmoe.cli.synth import OVERRIDES
+    from simmoe.synth.params import SynthParams
+    from simmoe.trace.io import read_trace
+
+    assert {f for f, _, _ in OVERRIDES.values()} <= set(SynthParams.__dataclass_fields__)
+    q1 = {}
+    for share in ("0.2", "0.8"):
+        out = tmp_path / f"q{share}.parquet"
+        assert main(["synth", "--preset", "qa", "--requests", "2", "--runner-up-share", share,
+                     "--out", str(out), "--no-progress"]) == 0
+        tr = read_trace(out)
+        assert any(f"runner_up_share={share}" in s for s in tr.meta["provenance"]["fitted_to"])
+        q1[share] = float(np.mean(np.asarray(tr.node_q)[np.asarray(tr.node_level) == 1]))
+    assert q1["0.8"] > q1["0.2"]      # the same top-1 draws, siblings take more of the rest
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["synth"], "--preset is required"),
     (["synth", "--preset", "gsm8k"], "nothing to write"),
