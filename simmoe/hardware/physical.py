@@ -248,8 +248,10 @@ def served_model(model: ModelSpec, served_dtype: str | None) -> ModelSpec:
 
     Serving a BF16 checkpoint with online FP8 quantisation (SGLang and vLLM
     ``--quantization fp8``) halves the bytes every linear layer reads; routed
-    experts already narrower (MXFP4) stay as they are.  The LM head is counted
-    at the same width, an approximation of under 2 % of a batch-1 forward here.
+    experts already narrower (MXFP4) stay as they are.  The LM head, which
+    such serving keeps in BF16, is counted at the same width: an
+    approximation that shortens Qwen3-30B-A3B's one-token forward on an A100
+    by 0.18 ms (4 %).
     """
     if served_dtype is None:
         return model
