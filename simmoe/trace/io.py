@@ -254,38 +254,8 @@ def read_trace(path, *, validate: bool = True) -> Trace:
         raise TraceError(f"not a parquet file ({_one_line(exc)})", path=spath) from None
     header = _read_header(schema, spath)
     meta = header["meta"]
-    try:
-        geometry = ModelGeometry.from_dict(meta["geometry"])
-    except KeyError as exc:
-        raise TraceError(f"bad model geometry: no {exc}", path=spath, field="meta.geometry") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry: {exc}", path=spath, field="meta.geometry") from None
-    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
-        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
-                         path=spath, field="meta.geometry")
-    if geometry.num_experts > 65536:
-        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
-                         path=spath, field="meta.geometry")
-    if header.get("route_dtype", geometry.route_dtype.name) != geometry.route_dtype.name:
-        raise TraceError(f"route dtype {header.get('route_dtype')!r} does not fit {geometry.num_experts} "
-                         f"experts (expected {geometry.route_dtype.name!r})", path=spath, field="route_dtype")
-    if (problem := geometry.layer_problem()) is not None:
-        raise TraceError(problem, path=spath, field="meta.geometry")
-    _check_column_types(schema, spath)
-    try:
-        table = pfile.read()
-        table.validate(full=True)   # offsets within their buffers, before numpy views them
-    except Exception as exc:
-        raise TraceError(f"unreadable parquet data ({_one_line(exc)})", path=spath) from None
-    for name in table.column_names:
-        col = table.column(name)
-        if col.null_count:
-            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-            raise TraceError("missing value", path=spath, row=row, field=name)
-        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-            _check_no_null_elements(col, name, spath)
-
-    P = table.num_rows
+    geometry = _header_geometry(header, spath)
+    table = _read_table(pfile, schema, spath)
     pos_request = _scalar(table, "pos_request")
     pos_index = _scalar(table, "pos_index")
     root_token = _scalar(table, "root_token")
@@ -295,16 +265,7 @@ def read_trace(path, *, validate: bool = True) -> Trace:
     node_ptr, node = _node_lists(table, spath)
     check_pool_structure(node_ptr, node["node_parent"], node["node_level"], path=spath)
 
-    draft_time = None
-    if DRAFT_TIME_COLUMN in table.column_names:
-        dt_ptr, dt_values = _list_column(table.column(DRAFT_TIME_COLUMN))
-        width = np.diff(dt_ptr)
-        if P and np.any(width != width[0]):
-            row = int(np.flatnonzero(width != width[0])[0])
-            raise TraceError(f"{int(width[row])} levels, expected {int(width[0])} like row 0",
-                             path=spath, row=row, field=DRAFT_TIME_COLUMN)
-        draft_time = dt_values.reshape(P, int(width[0]) if P else 0)
-
+    draft_time = _draft_time(table, spath)
     root_routes = _decode_roots(table, pos_request, geometry, spath)
     node_routes = _decode_nodes(table, node_ptr, node["node_parent"], node["node_level"],
                                 root_routes, geometry, spath)
@@ -324,6 +285,60 @@ def read_trace(path, *, validate: bool = True) -> Trace:
     if validate:
         validate_trace(trace, path=spath)
     return trace
+
+
+def _header_geometry(header: dict, path: str) -> ModelGeometry:
+    """The model geometry of ``meta``, checked as far as decoding the routes depends on it."""
+    try:
+        geometry = ModelGeometry.from_dict(header["meta"]["geometry"])
+    except KeyError as exc:
+        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
+    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
+        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
+                         path=path, field="meta.geometry")
+    if geometry.num_experts > 65536:
+        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
+                         path=path, field="meta.geometry")
+    if header.get("route_dtype", geometry.route_dtype.name) != geometry.route_dtype.name:
+        raise TraceError(f"route dtype {header.get('route_dtype')!r} does not fit {geometry.num_experts} "
+                         f"experts (expected {geometry.route_dtype.name!r})", path=path, field="route_dtype")
+    if (problem := geometry.layer_problem()) is not None:
+        raise TraceError(problem, path=path, field="meta.geometry")
+    return geometry
+
+
+def _read_table(pfile: pq.ParquetFile, schema: pa.Schema, path: str) -> pa.Table:
+    """The whole table, once its column types are right, its buffers valid and no value missing."""
+    _check_column_types(schema, path)
+    try:
+        table = pfile.read()
+        table.validate(full=True)   # offsets within their buffers, before numpy views them
+    except Exception as exc:
+        raise TraceError(f"unreadable parquet data ({_one_line(exc)})", path=path) from None
+    for name in table.column_names:
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise TraceError("missing value", path=path, row=row, field=name)
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            _check_no_null_elements(col, name, path)
+    return table
+
+
+def _draft_time(table: pa.Table, path: str) -> np.ndarray | None:
+    """The optional ``draft_time_ms`` column as ``[P, depth]`` (one width for every row)."""
+    if DRAFT_TIME_COLUMN not in table.column_names:
+        return None
+    P = table.num_rows
+    dt_ptr, dt_values = _list_column(table.column(DRAFT_TIME_COLUMN))
+    width = np.diff(dt_ptr)
+    if P and np.any(width != width[0]):
+        row = int(np.flatnonzero(width != width[0])[0])
+        raise TraceError(f"{int(width[row])} levels, expected {int(width[0])} like row 0",
+                         path=path, row=row, field=DRAFT_TIME_COLUMN)
+    return dt_values.reshape(P, int(width[0]) if P else 0)
 
 
 def _read_header(schema: pa.Schema, path: str) -> dict:
