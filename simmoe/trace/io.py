@@ -198,7 +198,7 @@ def content_digest(header: dict, trace: Trace) -> str:
     for name, a in _digest_arrays(trace):
         a = np.ascontiguousarray(a)
         h.update(f"|{name}:{a.dtype.str}:{a.shape}|".encode())
-        h.update(a.view(np.uint8) if a.dtype == bool else a)
+        h.update((a.view(np.uint8) if a.dtype == bool else a).data)   # the buffer, no copy
     return h.hexdigest()
 
 
@@ -464,10 +464,12 @@ def _binary_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _node_lists(table: pa.Table, path: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    node_ptr, out = None, {}
-    for name in [*NODE_COLUMNS, *[c for c in OPTIONAL_NODE_COLUMNS if c in table.column_names]]:
+    names = [*NODE_COLUMNS, *[c for c in OPTIONAL_NODE_COLUMNS if c in table.column_names]]
+    node_ptr: np.ndarray = np.zeros(0, np.int64)   # every column's offsets: those of the first
+    out: dict[str, np.ndarray] = {}
+    for i, name in enumerate(names):
         ptr, values = _list_column(table.column(name))
-        if node_ptr is None:
+        if i == 0:
             node_ptr = ptr
         elif not np.array_equal(ptr, node_ptr):
             row = int(np.flatnonzero(np.diff(ptr) != np.diff(node_ptr))[0])

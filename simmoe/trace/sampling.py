@@ -176,12 +176,16 @@ class _NodeFailure:
                          row=row_of_node(m, self.node_ptr), field=field)
 
 
+def _outside_unit(a: np.ndarray) -> Callable[[int], str]:
+    return lambda m: f"probability {a[m]!r} outside [0, 1]"
+
+
 def _check_intervals(p: np.ndarray, c: np.ndarray, fail: _NodeFailure) -> None:
     """Each p and cdf in [0, 1] (NaN fails), and each interval [cdf, cdf + p) inside [0, 1]."""
     for name, a in (("node_target_prob", p), ("node_target_cdf", c)):
         bad = ~((a >= 0) & (a <= 1))
         if bad.any():
-            fail(bad, lambda m, a=a: f"probability {a[m]!r} outside [0, 1]", name)
+            fail(bad, _outside_unit(a), name)
     bad = c + p > 1 + PROB_TOL
     if bad.any():
         fail(bad, lambda m: f"interval [cdf, cdf + p) = [{c[m]:.7g}, {c[m] + p[m]:.7g}) reaches past 1",

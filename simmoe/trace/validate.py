@@ -236,10 +236,10 @@ def check_rows(requests, pos_request: np.ndarray, pos_index: np.ndarray, path=No
     if np.any(counts != out_len):
         r = int(np.flatnonzero(counts != out_len)[0])
         rid = requests.request_id[r]
-        row = int(np.searchsorted(req, r)) if counts[r] else None
+        first = int(np.searchsorted(req, r)) if counts[r] else None
         raise TraceError(f"request {rid!r} has {counts[r]} positions but output_len {out_len[r]}"
                          f"{' (positions missing at the end)' if counts[r] < out_len[r] else ''}",
-                         path=path, row=row, field="requests.output_len")
+                         path=path, row=first, field="requests.output_len")
 
 
 # ------------------------------------------------------------------ pools ---
@@ -336,7 +336,7 @@ def check_routes(routes: np.ndarray, geometry: ModelGeometry, field: str, path=N
         _route_error(int(np.flatnonzero(bad)[0]), routes, f"expert id outside [0, {N})", field, path, node_ptr,
                      lambda r: (r < 0) | (r >= N))
     if routes.shape[-1] > 1:
-        bad = ~(routes[..., 1:] > routes[..., :-1]).all(axis=2)
+        bad = ~np.all(routes[..., 1:] > routes[..., :-1], axis=2)
         if bad.any():
             i = int(np.flatnonzero(bad.any(axis=1))[0])
             layer = int(np.flatnonzero(bad[i])[0])
