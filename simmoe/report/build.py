@@ -43,11 +43,12 @@ from simmoe.report.experiments import (
 )
 from simmoe.report.published import PUBLISHED
 
-if TYPE_CHECKING:       # pandas is imported where a report is built, not when the CLI starts
-    import pandas as pd
-
 ROLE_TEXT = {"fit": "**fit** — used to fit the shipped traces/profiles, not a validation",
              "validate": "**validate** — a prediction, never fitted"}
+
+
+if TYPE_CHECKING:       # pandas is imported where a report is built, not when the CLI starts
+    import pandas as pd
 
 
 @dataclass
