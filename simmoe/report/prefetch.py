@@ -15,6 +15,7 @@ simulator output on synthetic routes (SYNTHETIC).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from simmoe.replay.engine import ReplayConfig, ar_baseline
@@ -54,7 +55,7 @@ def prefetch_rows(trace, path: str, settings, *, workers: int = 1, progress=None
     import pandas as pd
 
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.prefetch import replay_all_prefetch
+    from simmoe.replay.engine import replay_all
     from simmoe.report.experiments import dataset_of
 
     settings = settings.validate()
@@ -71,8 +72,8 @@ def prefetch_rows(trace, path: str, settings, *, workers: int = 1, progress=None
         if progress is not None:
             progress(done[0], len(jobs))
 
-    results = replay_all_prefetch(trace, [c for c, _ in jobs], {base.name: base}, [p for _, p in jobs],
-                                  workers=workers, paired=False, on_done=on_done)
+    results = replay_all(trace, [replace(c, prefetch=p) for c, p in jobs], {base.name: base},
+                         workers=workers, on_done=on_done)
     summary = {job: r.summary() for job, r in zip(jobs, results, strict=True)}
     base_summary = summary[(baseline, "none")]
     rows = []

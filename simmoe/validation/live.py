@@ -663,11 +663,9 @@ def compare(trace, live: LiveRun, profile, *, selector_ms: float | None = None) 
     check_compatible(trace, live)
     config = replay_config_for(live, profile.name, selector_ms)
     policy = live.meta.get("prefetch") or "none"
-    if policy != "none":   # hwprobe live --prefetch: the prefetch model, staging as the backend's (docs/prefetch.md)
-        from simmoe.replay.prefetch import replay_prefetch
-
-        res = replay_prefetch(trace, config, profile, policy, paired=False,
-                              staging=int(live.meta.get("inflight") or profile.copies_in_flight))
+    if policy != "none":   # hwprobe live --prefetch: the copy engine's staging as the backend's (docs/prefetch.md)
+        res = replay(trace, replace(config, prefetch=policy), profile,
+                     staging=int(live.meta.get("inflight") or profile.copies_in_flight))
     else:
         res = replay(trace, config, profile)
     rc, lc = res.cycles, live.cycles

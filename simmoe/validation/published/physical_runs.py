@@ -42,7 +42,7 @@ EVICT at batch 4–64 with continuous batching on ``qwen3-30b-a3b@GPU~vllm-table
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -205,8 +205,8 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     """Generate the workloads, replay every run; ``(results by key, traces by name, fits)``."""
     from simmoe.hardware.physical import load_settings
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.batch import evict_table, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, replay_all
+    from simmoe.replay.selection import evict_table
     from simmoe.validation.published.runs import Run, RunResult, _extra
 
     sizes = sizes_for(settings)
@@ -216,9 +216,8 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     traces: dict = {}
 
     def replay_set(trace, name, model, bench, configs, batch, profiles):
-        runner = replay_all if batch == 1 else (lambda t, c, p, workers: replay_all_batched(t, c, p, batch,
-                                                                                            workers=workers))
-        out = runner(trace, configs, profiles, workers=settings.workers)
+        configs = [replace(c, batch=batch) for c in configs]
+        out = replay_all(trace, configs, profiles, workers=settings.workers)
         for c, res in zip(configs, out, strict=True):
             key = run_key(model, bench, c.selector, batch, int(c.temperature))
             run = Run(key, name, c.selector, 0, c.hardware)

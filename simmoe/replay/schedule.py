@@ -1,0 +1,332 @@
+"""The schedule: what the first five stages of the cycle decide, step after step.
+
+admission → pools → selection → verification → demand give, per step, the
+requests it serves, what each verifies and commits, and the forward's expert
+demand.  :func:`live_steps` runs those stages and yields the events in replay
+order — each admitted request's :class:`Prefill`, then the :class:`Step`.
+
+Selections depend on the expert cache only for selectors that declare
+``uses_residency``.  For every other selector the schedule is the same under
+every cache, prefetch and timing setting, so it is recorded once
+(:class:`Schedule`, by :func:`plan`) and replayed through any number of
+residency and timing settings (:meth:`Schedule.events`): what makes a sweep
+cheap.  A residency-reading selector runs its stages live, inside the
+replay, with the residency stage at hand (:mod:`simmoe.replay.engine`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simmoe.api import StepInfo
+from simmoe.replay.admission import ContinuousBatching
+from simmoe.replay.demand import DemandUnion
+from simmoe.replay.pools import TracePools
+from simmoe.replay.selection import SelectionStage
+from simmoe.replay.verification import Verification
+
+
+@dataclass
+class Prefill:
+    """Request ``request``'s prefill forward (its prompt), before its first step."""
+
+    request: int
+
+
+@dataclass
+class Step:
+    """One step: a drafting pass and one target forward over every request in the batch.
+
+    Per request, in slot order: ``requests``, ``rows`` (trace position rows),
+    ``positions`` (output positions), ``nodes`` (selected pool-local ids,
+    ascending), ``accepted``, ``committed``, ``drafted`` (levels), ``depth``
+    (pool depth), ``pool_size``.  For the step: ``levels`` (the deepest
+    drafted level: the batch drafts together), ``tokens`` (of the forward),
+    ``context`` (KV tokens read, summed), ``selector_ms`` / ``selector_cpu_ms``
+    (the slowest selection: one per request, in parallel), ``demand`` (bool
+    [L, N], SpecFit Eq. 1's union across the batch).
+    """
+
+    index: int
+    requests: list[int]
+    rows: list[int]
+    positions: list[int]
+    nodes: list[np.ndarray]
+    accepted: list[int]
+    committed: list[int]
+    drafted: list[int]
+    depth: list[int]
+    pool_size: list[int]
+    levels: int
+    tokens: int
+    context: int
+    selector_ms: float
+    selector_cpu_ms: float
+    demand: np.ndarray
+
+
+class Stages:
+    """The stages before residency for one replay: admission, pools, selection, verification, demand."""
+
+    def __init__(self, trace, config, profile, num_requests: int, verdicts: np.ndarray, predictor):
+        self.trace = trace
+        self.R = int(num_requests)
+        self.batch = int(config.batch)
+        self.selection = SelectionStage(trace, config, profile, self.batch)
+        self.pools = TracePools(trace, predictor, verdicts, self.selection.context.cost)
+        self.verification = Verification(trace, verdicts)
+        self.demand = DemandUnion(trace)
+        self.output_len = np.asarray(trace.requests.output_len[:self.R], dtype=np.int32)
+        self.prompt_len = np.asarray(trace.requests.prompt_len[:self.R], dtype=np.int32)
+        self.starts = [int(trace.request_positions(r)[0]) for r in range(self.R)]
+        self.selection.prepare(trace, self.R, lambda rows: [self.pools.view(int(i)) for i in rows])
+
+
+def live_steps(st: Stages, *, available: Callable | None = None, opened: Callable | None = None,
+               overhead: Callable[[], float] | None = None,
+               progress: Callable[[int], None] | None = None) -> Iterator[Prefill | Step]:
+    """Run admission → pools → selection → verification → demand; yield the events in replay order.
+
+    ``opened(step_index, requests, rows)``, when given, is called once the step's
+    pools are known and before any selection (the residency stage opens its
+    drafting window there); ``available`` is handed to the views of a
+    residency-reading selector; ``overhead()`` (milliseconds, cumulative) is
+    the part of a selection's time those callbacks took, not charged to it.
+    """
+    adm = ContinuousBatching(st.output_len, st.batch)
+    sel, pools, node_level = st.selection, st.pools, st.trace.node_level
+    node_ptr = st.trace.node_ptr
+    s = 0
+    while True:
+        for r in adm.admit():
+            yield Prefill(r)
+        active = adm.active()
+        if not active:
+            return
+        rows = [st.starts[r] + adm.cursor[r] for r in active]
+        if opened is not None:
+            opened(s, active, rows)
+        views = [pools.view(i) for i in rows] if sel.drafts else None
+        covered = _root_cover(st, views) if views is not None and sel.batch_cost is not None and len(active) > 1 \
+            else None
+        st.demand.start()
+        step = Step(s, active, rows, [], [], [], [], [], [], [], 0, 0, 0, 0.0, 0.0, None)  # type: ignore[arg-type]
+        others_tokens = len(active)
+        context = int(sum(int(st.prompt_len[r]) + adm.cursor[r] for r in active))
+        for slot, (r, i) in enumerate(zip(active, rows, strict=True)):
+            t = adm.cursor[r]
+            lo, hi = int(node_ptr[i]), int(node_ptr[i + 1])
+            if views is not None:
+                view = views[slot]
+                if available is not None:
+                    view.available = available
+                if covered is not None:
+                    others = ((covered[0] - _own(st, view)) > 0) | covered[1]
+                    info = StepInfo(len(active), slot, others_tokens, others)
+                    view = sel.priced(view, info, others_tokens, context)
+                spent = overhead() if overhead is not None else 0.0
+                choice, wall, cpu_ms = sel.choose(view, r, t)
+                if overhead is not None:
+                    spent = overhead() - spent
+                    wall, cpu_ms = max(wall - spent, 0.0), max(cpu_ms - spent, 0.0)
+                nodes = np.asarray(choice.nodes, dtype=np.int64)
+                acc = st.verification.accepted(i, choice)
+                drafted = int(choice.drafted_levels)
+                depth = int(node_level[lo:hi].max()) if hi > lo else 0
+                if covered is not None and len(nodes):   # the selector's view of what this request adds
+                    covered[1][(np.asarray(views[slot].node_routes[nodes], dtype=np.int64)
+                                + st.demand.offset[None]).ravel()] = True
+                others_tokens += len(nodes)
+            else:
+                nodes, acc, drafted, depth, wall, cpu_ms = _NO_NODES, 0, 0, 0, 0.0, 0.0
+            committed = min(1 + acc, adm.left(r))
+            st.demand.add(i, nodes)
+            _record(step, t, nodes, acc, committed, drafted, depth, hi - lo, wall, cpu_ms, context)
+            adm.commit(r, committed)
+            if progress is not None:
+                progress(committed)
+        step.context = context
+        step.demand = st.demand.matrix()
+        yield step
+        adm.release()
+        s += 1
+
+
+_NO_NODES = np.zeros(0, dtype=np.int64)
+
+
+def prefill_demand(trace, r: int) -> np.ndarray:
+    """Request ``r``'s prefill demand: the expert union of its prompt, bool [L, N]."""
+    g = trace.geometry
+    return np.asarray(trace.requests.prefill_union[r], dtype=bool).reshape(g.num_layers, g.num_experts)
+
+
+def _record(step: Step, t, nodes, acc, committed, drafted, depth, size, wall, cpu_ms, context) -> None:
+    step.positions.append(t)
+    step.nodes.append(nodes)
+    step.accepted.append(acc)
+    step.committed.append(committed)
+    step.drafted.append(drafted)
+    step.depth.append(depth)
+    step.pool_size.append(size)
+    step.tokens += 1 + len(nodes)
+    step.levels = max(step.levels, drafted)
+    step.selector_ms = max(step.selector_ms, wall)
+    step.selector_cpu_ms = max(step.selector_cpu_ms, cpu_ms)
+
+
+def _root_cover(st: Stages, views) -> tuple[np.ndarray, np.ndarray]:
+    """(how many roots of the step bring each expert, what earlier slots' selections bring), flat."""
+    L, N = st.demand.L, st.demand.N
+    count = np.zeros(L * N, dtype=np.int16)
+    for v in views:
+        count[np.unique((np.asarray(v.root_routes, dtype=np.int64) + st.demand.offset).ravel())] += 1
+    return count, np.zeros(L * N, dtype=bool)
+
+
+def _own(st: Stages, view) -> np.ndarray:
+    own = np.zeros(st.demand.L * st.demand.N, dtype=np.int16)
+    own[np.unique((np.asarray(view.root_routes, dtype=np.int64) + st.demand.offset).ravel())] = 1
+    return own
+
+
+@dataclass
+class Schedule:
+    """The recorded schedule of one selector: every event, every step, every request-cycle.
+
+    Per request-cycle arrays (``request``, ``step``, ``position``, ...) are in
+    step order, slot order within a step; per-step arrays (``step_*``) and
+    ``demand`` (bit-packed [S, ceil(L·N/8)]) in step order; ``events`` lists
+    ``-1 - r`` for request r's prefill and ``s`` for step s, in replay order.
+    """
+
+    selector: str
+    batch: int
+    num_requests: int
+    num_layers: int
+    num_experts: int
+    events: list
+    cycles: dict[str, np.ndarray]
+    steps: dict[str, np.ndarray]
+    demand: np.ndarray
+    selected: np.ndarray
+    output_len: np.ndarray
+    prompt_len: np.ndarray
+    selector_uses_time: bool = True
+    wall_s: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps["tokens"])
+
+    @property
+    def num_cycles(self) -> int:
+        return len(self.cycles["request"])
+
+    def demand_of(self, s: int) -> np.ndarray:
+        L, N = self.num_layers, self.num_experts
+        return np.unpackbits(self.demand[s], count=L * N).view(bool).reshape(L, N)
+
+    def selected_of(self, c: int) -> np.ndarray:
+        """Pool-local ids of the nodes request-cycle ``c`` verified (ascending)."""
+        ptr = self.__dict__.get("_ptr")
+        if ptr is None:
+            ptr = self.__dict__["_ptr"] = np.concatenate([[0], np.cumsum(self.cycles["draft_nodes"], dtype=np.int64)])
+        return self.selected[ptr[c]:ptr[c + 1]]
+
+    def demands(self, trace) -> Iterator[np.ndarray]:
+        """Every forward's demand in replay order (prefills included): what offline caches read."""
+        for e in self.events:
+            yield prefill_demand(trace, -1 - e) if e < 0 else self.demand_of(e)
+
+    def events_iter(self) -> Iterator[Prefill | Step]:
+        """The recorded events, as :func:`live_steps` yielded them."""
+        c = self.cycles
+        ptr = np.searchsorted(c["step"], np.arange(self.num_steps + 1))
+        sel_ptr = np.concatenate([[0], np.cumsum(c["draft_nodes"], dtype=np.int64)])
+        st = self.steps
+        for e in self.events:
+            if e < 0:
+                yield Prefill(-1 - e)
+                continue
+            lo, hi = int(ptr[e]), int(ptr[e + 1])
+            nodes = [self.selected[sel_ptr[j]:sel_ptr[j + 1]] for j in range(lo, hi)]
+            yield Step(e, c["request"][lo:hi].tolist(), c["row"][lo:hi].tolist(), c["position"][lo:hi].tolist(),
+                       nodes, c["accepted"][lo:hi].tolist(), c["committed"][lo:hi].tolist(),
+                       c["drafted_levels"][lo:hi].tolist(), c["pool_levels"][lo:hi].tolist(),
+                       c["pool_size"][lo:hi].tolist(), int(st["levels"][e]), int(st["tokens"][e]),
+                       int(st["context"][e]), float(st["selector_ms"][e]), float(st["selector_cpu_ms"][e]),
+                       self.demand_of(e))
+
+
+CYCLE_COLUMNS = (("request", np.int32), ("step", np.int32), ("position", np.int32), ("row", np.int64),
+                 ("draft_nodes", np.int16), ("accepted", np.int16), ("committed", np.int16),
+                 ("drafted_levels", np.int8), ("pool_levels", np.int8), ("pool_size", np.int16))
+STEP_COLUMNS = (("requests", np.int32), ("tokens", np.int32), ("context", np.int64), ("levels", np.int8),
+                ("selector_ms", np.float64), ("selector_cpu_ms", np.float64))
+
+
+class ScheduleRecorder:
+    """Collects the events of :func:`live_steps` into a :class:`Schedule`."""
+
+    def __init__(self, st: Stages):
+        self.st = st
+        self.events: list[int] = []
+        self.cyc: dict[str, list] = {k: [] for k, _ in CYCLE_COLUMNS}
+        self.stp: dict[str, list] = {k: [] for k, _ in STEP_COLUMNS}
+        self.demand: list[np.ndarray] = []
+        self.selected: list[np.ndarray] = []
+        self.t0 = time.perf_counter()
+
+    def add(self, ev: Prefill | Step) -> None:
+        if isinstance(ev, Prefill):
+            self.events.append(-1 - ev.request)
+            return
+        self.events.append(ev.index)
+        c = self.cyc
+        n = len(ev.requests)
+        c["request"] += ev.requests
+        c["step"] += [ev.index] * n
+        c["position"] += ev.positions
+        c["row"] += ev.rows
+        c["draft_nodes"] += [len(x) for x in ev.nodes]
+        c["accepted"] += ev.accepted
+        c["committed"] += ev.committed
+        c["drafted_levels"] += ev.drafted
+        c["pool_levels"] += ev.depth
+        c["pool_size"] += ev.pool_size
+        self.selected += [x for x in ev.nodes if len(x)]
+        for key, v in (("requests", n), ("tokens", ev.tokens), ("context", ev.context), ("levels", ev.levels),
+                       ("selector_ms", ev.selector_ms), ("selector_cpu_ms", ev.selector_cpu_ms)):
+            self.stp[key].append(v)
+        self.demand.append(np.packbits(ev.demand))
+
+    def schedule(self) -> Schedule:
+        st = self.st
+        g = st.trace.geometry
+        L, N = int(g.num_layers), int(g.num_experts)
+        sel = st.selection
+        return Schedule(
+            selector=sel.name, batch=st.batch, num_requests=st.R, num_layers=L, num_experts=N,
+            events=self.events,
+            cycles={k: np.asarray(self.cyc[k], dtype=t) for k, t in CYCLE_COLUMNS},
+            steps={k: np.asarray(self.stp[k], dtype=t) for k, t in STEP_COLUMNS},
+            demand=np.stack(self.demand) if self.demand else np.zeros((0, (L * N + 7) // 8), np.uint8),
+            selected=(np.concatenate(self.selected) if self.selected else np.zeros(0)).astype(np.int16),
+            output_len=st.output_len, prompt_len=st.prompt_len, selector_uses_time=sel.drafts,
+            wall_s=time.perf_counter() - self.t0,
+            meta={"lambda_star": getattr(sel.selector, "lam", None)})
+
+
+def plan(st: Stages, progress: Callable[[int], None] | None = None) -> Schedule:
+    """Run the stages before residency over the whole replay and record the schedule."""
+    rec = ScheduleRecorder(st)
+    rec.t0 = time.perf_counter()
+    for ev in live_steps(st, progress=progress):
+        rec.add(ev)
+    return rec.schedule()
