@@ -201,7 +201,7 @@ class CacheShape:
     requests: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ForwardEvent:
     """One forward as a cache policy sees it, after the engine has served it.
 
@@ -210,6 +210,7 @@ class ForwardEvent:
     since the replay began (prefills count); ``kind``: ``"prefill"`` or
     ``"step"``; ``requests``: ids of the requests the forward serves;
     ``positions``: each request's output position (-1 for a prefill).
+    The engine builds one per forward; a policy must not write to it.
     """
 
     demand: BoolMatrix

@@ -90,8 +90,8 @@ class ExpertCache:
         total = self.copies + self.hits
         return self.hits / total if total else 0.0
 
-    def forward(self, demand: np.ndarray, kind: str = "step", requests: tuple[int, ...] = (),
-                positions: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    def forward(self, demand: np.ndarray, kind: str = "step", requests=(),
+                positions=()) -> tuple[np.ndarray, np.ndarray]:
         """Serve one forward's per-layer expert union; return (hits int[L], misses int[L])."""
         demand = np.asarray(demand)
         if demand.shape != (self.num_layers, self.num_experts) or demand.dtype != np.bool_:
@@ -157,10 +157,10 @@ class ExpertCache:
         return s
 
     def _update(self, demand, hit_mask, misses, kind, requests, positions) -> None:
-        self.policy.observe(ForwardEvent(demand, hit_mask, self.forwards, kind, tuple(requests), tuple(positions)))
+        self.policy.observe(ForwardEvent(demand, hit_mask, self.forwards, kind, requests, positions))
         np.logical_or(self.resident, demand, out=self.resident)
         self._count += misses
-        scores = self._scores()
+        scores = self.policy.scores() if self._unique else self._scores()   # simmoe's own: shape known
         if scores.dtype.kind == "f":
             never = scores == -np.inf
             if never.any():
@@ -169,8 +169,8 @@ class ExpertCache:
                     self.resident &= ~never
                     self._count -= dropped.sum(axis=1)
         if self._count.max(initial=0) > self.slots:
-            over = np.flatnonzero(self._count > self.slots)
-            self.resident[over] = self._keep(self.resident[over], scores[over], None)
+            # every layer at once: a layer within its slots keeps everything (its threshold is the lowest key)
+            self.resident = self._keep(self.resident, scores, None)
             np.minimum(self._count, self.slots, out=self._count)
 
     def _keep(self, candidates: np.ndarray, key: np.ndarray, forced: np.ndarray | None) -> np.ndarray:

@@ -22,7 +22,7 @@ class DemandUnion:
         self.mask = np.zeros(self.L * self.N, dtype=bool)
 
     def start(self) -> None:
-        self.mask[:] = False
+        self.mask = np.zeros(self.L * self.N, dtype=bool)   # a new one: the step keeps its matrix
 
     def add(self, row: int, nodes: np.ndarray) -> None:
         """The root at ``row`` and its selected ``nodes`` (pool-local ids) join the forward."""
@@ -35,4 +35,4 @@ class DemandUnion:
         return np.packbits(self.mask)
 
     def matrix(self) -> np.ndarray:
-        return self.mask.reshape(self.L, self.N).copy()
+        return self.mask.reshape(self.L, self.N)

@@ -54,7 +54,7 @@ from simmoe.replay.config import (  # noqa: F401  (the replay's public names, re
     requests_of,
 )
 from simmoe.replay.results import ReplayResult
-from simmoe.replay.schedule import Prefill, Schedule, Stages, live_steps, prefill_demand
+from simmoe.replay.schedule import Prefill, Schedule, ScheduleRecorder, Stages, live_steps, prefill_demand
 from simmoe.replay.schedule import plan as plan_stages
 from simmoe.replay.workers import run_groups, shared
 
@@ -230,8 +230,10 @@ def _run(trace, config, profile, R, schedule, verdicts, predictor, *, pools, pro
     residency = build_residency(trace, config, profile, timer, pools, future=future,
                                 sequential=coupled or sequential, record=recorder, staging=staging,
                                 requests=tuple(range(R)))
-    if coupled:
+    live = None
+    if coupled:   # the stages before residency run live, their outcome recorded as they go
         stages = Stages(trace, config, profile, R, verdicts, predictor)
+        live = ScheduleRecorder(stages)
         events = live_steps(stages, available=residency.available_after, opened=residency.open,
                             overhead=lambda: residency.extra_selector_ms, progress=progress)
         uses_time = stages.selection.drafts
@@ -242,14 +244,14 @@ def _run(trace, config, profile, R, schedule, verdicts, predictor, *, pools, pro
     try:
         for ev in events:
             rec.add(ev)
-    except SimmoeError:
-        raise
-    except CheckFailed:
+            if live is not None:
+                live.add(ev)
+    except (SimmoeError, CheckFailed):
         raise
     except Exception as exc:   # a plugin raised inside the residency stage
         raise _plugin_failure(config, exc) from None
-    lam = schedule.meta.get("lambda_star") if schedule is not None else getattr(stages.selection.selector, "lam", None)
-    return rec.result(lam, recorder.events if recorder is not None else None,
+    return rec.result(live.schedule() if live is not None else schedule,
+                      recorder.events if recorder is not None else None,
                       counted=config.prefetch != "none" or coupled or sequential)
 
 
@@ -271,29 +273,21 @@ class _Recorder:
 
 
 class _Records:
-    """The metrics stage: per-step and per-request records as the loop goes."""
+    """The metrics stage: per-step times and counts as the loop goes; per-request records at the end."""
 
     def __init__(self, trace, config, R: int, residency, uses_time: bool):
         self.trace, self.config, self.R, self.residency, self.uses_time = trace, config, R, residency, uses_time
         self.prompt_len = np.asarray(trace.requests.prompt_len[:R], dtype=np.int32)
         self.output_len = np.asarray(trace.requests.output_len[:R], dtype=np.int32)
-        self.cyc: dict[str, list] = {k: [] for k in ("request", "step", "position", "row", "draft_nodes", "accepted",
-                                                     "committed", "drafted_levels", "pool_levels", "pool_size")}
-        self.stp: dict[str, list] = {k: [] for k in ("requests", "tokens", "context", "levels", "hits", "misses",
-                                                     "draft_ms", "selector_ms", "forward_ms", "commit_ms")}
-        self.pf: dict[str, list] = {"prefetched": [], "useful": [], "wasted": []}
+        self.rows: list[tuple] = []      # per step: hits, misses, draft, selector, forward, commit ms
+        self.pf: list[tuple] = []        # per step: prefetched, useful, wasted
         self.pre = {"prefill_hits": np.zeros(R, np.int32), "prefill_misses": np.zeros(R, np.int32),
                     "prefill_ms": np.zeros(R), "admit_ms": np.zeros(R)}
         self.clock = 0.0
         self.step_end: list[float] = []
-
-    def charged(self, ev) -> float:
-        """Selector time charged to a step: none (no drafter), fixed, or measured on the chosen clock."""
-        if not self.uses_time:
-            return 0.0
-        if self.config.selector_ms is not None:
-            return float(self.config.selector_ms)
-        return ev.selector_ms if self.config.selector_clock == "wall" else ev.selector_cpu_ms
+        fixed = config.selector_ms
+        self.fixed = None if fixed is None else float(fixed)
+        self.wall = config.selector_clock == "wall"
 
     def add(self, ev) -> None:
         if isinstance(ev, Prefill):
@@ -303,76 +297,53 @@ class _Records:
             self.pre["admit_ms"][r] = self.clock
             self.clock += ms
             return
-        sel = self.charged(ev)
+        # selector time charged: none (no drafter), fixed, or measured on the chosen clock
+        sel = 0.0 if not self.uses_time else (
+            self.fixed if self.fixed is not None else (ev.selector_ms if self.wall else ev.selector_cpu_ms))
         draft, fwd, commit, h, m, counts = self.residency.step(ev, sel)
-        c = self.cyc
-        n = len(ev.requests)
-        c["request"] += ev.requests
-        c["step"] += [ev.index] * n
-        c["position"] += ev.positions
-        c["row"] += ev.rows
-        c["draft_nodes"] += [len(x) for x in ev.nodes]
-        c["accepted"] += ev.accepted
-        c["committed"] += ev.committed
-        c["drafted_levels"] += ev.drafted
-        c["pool_levels"] += ev.depth
-        c["pool_size"] += ev.pool_size
-        for key, v in (("requests", n), ("tokens", ev.tokens), ("context", ev.context), ("levels", ev.levels),
-                       ("hits", int(h.sum())), ("misses", int(m.sum())), ("draft_ms", draft), ("selector_ms", sel),
-                       ("forward_ms", fwd), ("commit_ms", commit)):
-            self.stp[key].append(v)
+        self.rows.append((int(h.sum()), int(m.sum()), draft, sel, fwd, commit))
         if counts is not None:
-            for key in self.pf:
-                self.pf[key].append(counts[key])
+            self.pf.append((counts["prefetched"], counts["useful"], counts["wasted"]))
         self.clock += draft + sel + fwd + commit
         self.step_end.append(self.clock)
 
-    def result(self, lambda_star, timeline, counted: bool) -> ReplayResult:
+    def result(self, schedule: Schedule, timeline, counted: bool) -> ReplayResult:
         R = self.R
-        types = {"request": np.int32, "step": np.int32, "position": np.int32, "row": np.int64,
-                 "draft_nodes": np.int16, "accepted": np.int16, "committed": np.int16, "drafted_levels": np.int8,
-                 "pool_levels": np.int8, "pool_size": np.int16}
-        cy = {k: np.asarray(v, dtype=types[k]) for k, v in self.cyc.items()}
-        st = {k: np.asarray(v, dtype=np.float64 if k.endswith("_ms") else np.int64) for k, v in self.stp.items()}
-        st["hits"], st["misses"] = st["hits"].astype(np.int32), st["misses"].astype(np.int32)
-        step_ms = st["draft_ms"] + st["selector_ms"] + st["forward_ms"] + st["commit_ms"]
-        st["step_ms"] = step_ms
+        cy = schedule.cycles
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * 6
+        hits, misses = np.asarray(cols[0], dtype=np.int32), np.asarray(cols[1], dtype=np.int32)
+        draft, sel, fwd, commit = (np.asarray(c, dtype=np.float64) for c in cols[2:])
+        step_ms = draft + sel + fwd + commit
         committed = np.bincount(cy["request"], weights=cy["committed"], minlength=R).astype(np.int64)
         if not np.array_equal(committed, self.output_len.astype(np.int64)):
             bad = int(np.flatnonzero(committed != self.output_len)[0])
             raise CheckFailed(f"request {bad} committed {committed[bad]} tokens, output length {self.output_len[bad]}")
         s = cy["step"]
-        cycles = {**cy, "hits": st["hits"][s], "misses": st["misses"][s], "draft_ms": st["draft_ms"][s],
-                  "selector_ms": st["selector_ms"][s], "forward_ms": st["forward_ms"][s],
-                  "commit_ms": st["commit_ms"][s], "cycle_ms": step_ms[s]}
-        if self.config.batch > 1 and len(s):
+        first = np.r_[True, s[1:] != s[:-1]] if (self.config.batch > 1 and len(s)) else None
+        cycles = {**cy, "hits": hits[s], "misses": misses[s], "draft_ms": draft[s], "selector_ms": sel[s],
+                  "forward_ms": fwd[s], "commit_ms": commit[s], "cycle_ms": step_ms[s]}
+        if first is not None:
             # the step's copies and hits belong to the batch: charge them once (to the step's first cycle)
-            first = np.r_[True, s[1:] != s[:-1]]
             cycles["hits"] = np.where(first, cycles["hits"], 0).astype(np.int32)
             cycles["misses"] = np.where(first, cycles["misses"], 0).astype(np.int32)
         if counted:
-            self._prefetch_columns(cycles, s)
-        requests = self._requests(cy, step_ms)
-        steps = {"requests": st["requests"].astype(np.int32), "tokens": st["tokens"].astype(np.int32),
-                 "context": st["context"], "levels": st["levels"].astype(np.int8), "hits": st["hits"],
-                 "misses": st["misses"], "draft_ms": st["draft_ms"], "selector_ms": st["selector_ms"],
-                 "forward_ms": st["forward_ms"], "commit_ms": st["commit_ms"], "step_ms": step_ms}
-        return ReplayResult(config=self.config, steps=steps, cycles=cycles, requests=requests,
+            pf = np.asarray(self.pf, dtype=np.int32).reshape(-1, 3) if self.pf else \
+                np.zeros((len(step_ms), 3), np.int32)
+            if len(pf):
+                pf[-1, 2] += self.residency.finish()   # prefetches never used by the end: wasted
+            for i, key in enumerate(("prefetched", "useful", "wasted")):
+                col = pf[s, i]
+                cycles[key] = np.where(first, col, 0).astype(np.int32) if first is not None else col
+        st = schedule.steps
+        steps = {"requests": st["requests"], "tokens": st["tokens"], "context": st["context"],
+                 "levels": st["levels"], "hits": hits, "misses": misses, "draft_ms": draft, "selector_ms": sel,
+                 "forward_ms": fwd, "commit_ms": commit, "step_ms": step_ms}
+        return ReplayResult(config=self.config, steps=steps, cycles=cycles, requests=self._requests(cy, step_ms),
                             synthetic=bool(self.trace.is_synthetic), plan_wall_s=0.0, simulate_wall_s=0.0,
-                            lambda_star=lambda_star, regime="resident" if self.residency.resident else "offload",
+                            lambda_star=schedule.meta.get("lambda_star"),
+                            regime="resident" if self.residency.resident else "offload",
                             expert_bytes=int(getattr(self.trace.geometry, "expert_bytes", 0) or 0),
                             counted_prefetch=counted, timeline=timeline)
-
-    def _prefetch_columns(self, cycles, s) -> None:
-        S = len(self.step_end)
-        for key in ("prefetched", "useful", "wasted"):
-            per_step = np.asarray(self.pf[key] if self.pf[key] else [0] * S, dtype=np.int32)
-            if key == "wasted" and S:
-                per_step[S - 1] += self.residency.finish()
-            col = per_step[s]
-            if self.config.batch > 1 and len(s):
-                col = np.where(np.r_[True, s[1:] != s[:-1]], col, 0).astype(np.int32)
-            cycles[key] = col
 
     def _requests(self, cy, step_ms) -> dict:
         R = self.R

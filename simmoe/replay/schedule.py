@@ -37,7 +37,7 @@ class Prefill:
     request: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One step: a drafting pass and one target forward over every request in the batch.
 
@@ -83,6 +83,7 @@ class Stages:
         self.output_len = np.asarray(trace.requests.output_len[:self.R], dtype=np.int32)
         self.prompt_len = np.asarray(trace.requests.prompt_len[:self.R], dtype=np.int32)
         self.starts = [int(trace.request_positions(r)[0]) for r in range(self.R)]
+        self.node_ptr = trace.node_ptr.tolist()
         self.selection.prepare(trace, self.R, lambda rows: [self.pools.view(int(i)) for i in rows])
 
 
@@ -98,8 +99,10 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
     the part of a selection's time those callbacks took, not charged to it.
     """
     adm = ContinuousBatching(st.output_len, st.batch)
-    sel, pools, node_level = st.selection, st.pools, st.trace.node_level
-    node_ptr = st.trace.node_ptr
+    sel, demand = st.selection, st.demand
+    node_ptr = st.node_ptr
+    prompt = st.prompt_len.tolist()
+    cursor = adm.cursor
     s = 0
     while True:
         for r in adm.admit():
@@ -107,53 +110,64 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
         active = adm.active()
         if not active:
             return
-        rows = [st.starts[r] + adm.cursor[r] for r in active]
+        rows = [st.starts[r] + cursor[r] for r in active]
         if opened is not None:
             opened(s, active, rows)
-        views = [pools.view(i) for i in rows] if sel.drafts else None
-        covered = _root_cover(st, views) if views is not None and sel.batch_cost is not None and len(active) > 1 \
-            else None
-        st.demand.start()
-        step = Step(s, active, rows, [], [], [], [], [], [], [], 0, 0, 0, 0.0, 0.0, None)  # type: ignore[arg-type]
-        others_tokens = len(active)
-        context = int(sum(int(st.prompt_len[r]) + adm.cursor[r] for r in active))
-        for slot, (r, i) in enumerate(zip(active, rows, strict=True)):
-            t = adm.cursor[r]
-            lo, hi = int(node_ptr[i]), int(node_ptr[i + 1])
-            if views is not None:
-                view = views[slot]
-                if available is not None:
-                    view.available = available
-                if covered is not None:
-                    others = ((covered[0] - _own(st, view)) > 0) | covered[1]
-                    info = StepInfo(len(active), slot, others_tokens, others)
-                    view = sel.priced(view, info, others_tokens, context)
-                spent = overhead() if overhead is not None else 0.0
-                choice, wall, cpu_ms = sel.choose(view, r, t)
-                if overhead is not None:
-                    spent = overhead() - spent
-                    wall, cpu_ms = max(wall - spent, 0.0), max(cpu_ms - spent, 0.0)
-                nodes = np.asarray(choice.nodes, dtype=np.int64)
-                acc = st.verification.accepted(i, choice)
-                drafted = int(choice.drafted_levels)
-                depth = int(node_level[lo:hi].max()) if hi > lo else 0
-                if covered is not None and len(nodes):   # the selector's view of what this request adds
-                    covered[1][(np.asarray(views[slot].node_routes[nodes], dtype=np.int64)
-                                + st.demand.offset[None]).ravel()] = True
-                others_tokens += len(nodes)
-            else:
-                nodes, acc, drafted, depth, wall, cpu_ms = _NO_NODES, 0, 0, 0, 0.0, 0.0
+        context = sum(prompt[r] + cursor[r] for r in active)
+        picks = _select(st, active, rows, context, available, overhead) if sel.drafts else None
+        demand.start()
+        positions, nodes_, accepted, committed_, drafted, depth, size = [], [], [], [], [], [], []
+        tokens, levels, wall, cpu_ms = 0, 0, 0.0, 0.0
+        for j, (r, i) in enumerate(zip(active, rows, strict=True)):
+            size.append(node_ptr[i + 1] - node_ptr[i])
+            nodes, acc, lv, dp, w, c = picks[j] if picks is not None else (_NO_NODES, 0, 0, 0, 0.0, 0.0)
             committed = min(1 + acc, adm.left(r))
-            st.demand.add(i, nodes)
-            _record(step, t, nodes, acc, committed, drafted, depth, hi - lo, wall, cpu_ms, context)
+            demand.add(i, nodes)
+            positions.append(cursor[r])
+            nodes_.append(nodes)
+            accepted.append(acc)
+            committed_.append(committed)
+            drafted.append(lv)
+            depth.append(dp)
+            tokens += 1 + len(nodes)
+            levels, wall, cpu_ms = max(levels, lv), max(wall, w), max(cpu_ms, c)
             adm.commit(r, committed)
             if progress is not None:
                 progress(committed)
-        step.context = context
-        step.demand = st.demand.matrix()
-        yield step
+        yield Step(s, active, rows, positions, nodes_, accepted, committed_, drafted, depth, size, levels, tokens,
+                   context, wall, cpu_ms, demand.matrix())
         adm.release()
         s += 1
+
+
+def _select(st: Stages, active, rows, context: int, available, overhead) -> list[tuple]:
+    """Each request's selection in slot order: (nodes, accepted, drafted levels, pool depth, wall ms, CPU ms)."""
+    sel, node_ptr, node_level = st.selection, st.trace.node_ptr, st.trace.node_level
+    views = [st.pools.view(i) for i in rows]
+    covered = _root_cover(st, views) if sel.batch_cost is not None and len(active) > 1 else None
+    others_tokens = len(active)
+    out = []
+    for slot, (r, i) in enumerate(zip(active, rows, strict=True)):
+        view = views[slot]
+        if available is not None:
+            view.available = available
+        if covered is not None:
+            others = ((covered[0] - _own(st, view)) > 0) | covered[1]
+            view = sel.priced(view, StepInfo(len(active), slot, others_tokens, others), others_tokens, context)
+        spent = overhead() if overhead is not None else 0.0
+        choice, wall, cpu_ms = sel.choose(view, r, int(i - st.starts[r]))
+        if overhead is not None:
+            spent = overhead() - spent
+            wall, cpu_ms = max(wall - spent, 0.0), max(cpu_ms - spent, 0.0)
+        nodes = np.asarray(choice.nodes, dtype=np.int64)
+        lo, hi = int(node_ptr[i]), int(node_ptr[i + 1])
+        depth = int(node_level[lo:hi].max()) if hi > lo else 0
+        if covered is not None and len(nodes):   # the selector's view of what this request adds
+            covered[1][(np.asarray(views[slot].node_routes[nodes], dtype=np.int64)
+                        + st.demand.offset[None]).ravel()] = True
+        others_tokens += len(nodes)
+        out.append((nodes, st.verification.accepted(i, choice), int(choice.drafted_levels), depth, wall, cpu_ms))
+    return out
 
 
 _NO_NODES = np.zeros(0, dtype=np.int64)
@@ -163,20 +177,6 @@ def prefill_demand(trace, r: int) -> np.ndarray:
     """Request ``r``'s prefill demand: the expert union of its prompt, bool [L, N]."""
     g = trace.geometry
     return np.asarray(trace.requests.prefill_union[r], dtype=bool).reshape(g.num_layers, g.num_experts)
-
-
-def _record(step: Step, t, nodes, acc, committed, drafted, depth, size, wall, cpu_ms, context) -> None:
-    step.positions.append(t)
-    step.nodes.append(nodes)
-    step.accepted.append(acc)
-    step.committed.append(committed)
-    step.drafted.append(drafted)
-    step.depth.append(depth)
-    step.pool_size.append(size)
-    step.tokens += 1 + len(nodes)
-    step.levels = max(step.levels, drafted)
-    step.selector_ms = max(step.selector_ms, wall)
-    step.selector_cpu_ms = max(step.selector_cpu_ms, cpu_ms)
 
 
 def _root_cover(st: Stages, views) -> tuple[np.ndarray, np.ndarray]:
@@ -246,22 +246,21 @@ class Schedule:
 
     def events_iter(self) -> Iterator[Prefill | Step]:
         """The recorded events, as :func:`live_steps` yielded them."""
-        c = self.cycles
-        ptr = np.searchsorted(c["step"], np.arange(self.num_steps + 1))
-        sel_ptr = np.concatenate([[0], np.cumsum(c["draft_nodes"], dtype=np.int64)])
-        st = self.steps
+        c = {k: v.tolist() for k, v in self.cycles.items()}
+        st = {k: v.tolist() for k, v in self.steps.items()}
+        ptr = np.searchsorted(self.cycles["step"], np.arange(self.num_steps + 1)).tolist()
+        sel_ptr = np.concatenate([[0], np.cumsum(self.cycles["draft_nodes"], dtype=np.int64)]).tolist()
+        selected = self.selected
         for e in self.events:
             if e < 0:
                 yield Prefill(-1 - e)
                 continue
-            lo, hi = int(ptr[e]), int(ptr[e + 1])
-            nodes = [self.selected[sel_ptr[j]:sel_ptr[j + 1]] for j in range(lo, hi)]
-            yield Step(e, c["request"][lo:hi].tolist(), c["row"][lo:hi].tolist(), c["position"][lo:hi].tolist(),
-                       nodes, c["accepted"][lo:hi].tolist(), c["committed"][lo:hi].tolist(),
-                       c["drafted_levels"][lo:hi].tolist(), c["pool_levels"][lo:hi].tolist(),
-                       c["pool_size"][lo:hi].tolist(), int(st["levels"][e]), int(st["tokens"][e]),
-                       int(st["context"][e]), float(st["selector_ms"][e]), float(st["selector_cpu_ms"][e]),
-                       self.demand_of(e))
+            lo, hi = ptr[e], ptr[e + 1]
+            yield Step(e, c["request"][lo:hi], c["row"][lo:hi], c["position"][lo:hi],
+                       [selected[sel_ptr[j]:sel_ptr[j + 1]] for j in range(lo, hi)],
+                       c["accepted"][lo:hi], c["committed"][lo:hi], c["drafted_levels"][lo:hi],
+                       c["pool_levels"][lo:hi], c["pool_size"][lo:hi], st["levels"][e], st["tokens"][e],
+                       st["context"][e], st["selector_ms"][e], st["selector_cpu_ms"][e], self.demand_of(e))
 
 
 CYCLE_COLUMNS = (("request", np.int32), ("step", np.int32), ("position", np.int32), ("row", np.int64),
@@ -277,8 +276,8 @@ class ScheduleRecorder:
     def __init__(self, st: Stages):
         self.st = st
         self.events: list[int] = []
-        self.cyc: dict[str, list] = {k: [] for k, _ in CYCLE_COLUMNS}
-        self.stp: dict[str, list] = {k: [] for k, _ in STEP_COLUMNS}
+        self.cyc: list[tuple] = []       # one tuple per request-cycle, in CYCLE_COLUMNS order
+        self.stp: list[tuple] = []       # one tuple per step, in STEP_COLUMNS order
         self.demand: list[np.ndarray] = []
         self.selected: list[np.ndarray] = []
         self.t0 = time.perf_counter()
@@ -287,23 +286,14 @@ class ScheduleRecorder:
         if isinstance(ev, Prefill):
             self.events.append(-1 - ev.request)
             return
-        self.events.append(ev.index)
-        c = self.cyc
-        n = len(ev.requests)
-        c["request"] += ev.requests
-        c["step"] += [ev.index] * n
-        c["position"] += ev.positions
-        c["row"] += ev.rows
-        c["draft_nodes"] += [len(x) for x in ev.nodes]
-        c["accepted"] += ev.accepted
-        c["committed"] += ev.committed
-        c["drafted_levels"] += ev.drafted
-        c["pool_levels"] += ev.depth
-        c["pool_size"] += ev.pool_size
-        self.selected += [x for x in ev.nodes if len(x)]
-        for key, v in (("requests", n), ("tokens", ev.tokens), ("context", ev.context), ("levels", ev.levels),
-                       ("selector_ms", ev.selector_ms), ("selector_cpu_ms", ev.selector_cpu_ms)):
-            self.stp[key].append(v)
+        s = ev.index
+        self.events.append(s)
+        for j, nodes in enumerate(ev.nodes):
+            self.cyc.append((ev.requests[j], s, ev.positions[j], ev.rows[j], len(nodes), ev.accepted[j],
+                             ev.committed[j], ev.drafted[j], ev.depth[j], ev.pool_size[j]))
+            if len(nodes):
+                self.selected.append(nodes)
+        self.stp.append((len(ev.requests), ev.tokens, ev.context, ev.levels, ev.selector_ms, ev.selector_cpu_ms))
         self.demand.append(np.packbits(ev.demand))
 
     def schedule(self) -> Schedule:
@@ -313,14 +303,20 @@ class ScheduleRecorder:
         sel = st.selection
         return Schedule(
             selector=sel.name, batch=st.batch, num_requests=st.R, num_layers=L, num_experts=N,
-            events=self.events,
-            cycles={k: np.asarray(self.cyc[k], dtype=t) for k, t in CYCLE_COLUMNS},
-            steps={k: np.asarray(self.stp[k], dtype=t) for k, t in STEP_COLUMNS},
+            events=self.events, cycles=_columns(self.cyc, CYCLE_COLUMNS), steps=_columns(self.stp, STEP_COLUMNS),
             demand=np.stack(self.demand) if self.demand else np.zeros((0, (L * N + 7) // 8), np.uint8),
             selected=(np.concatenate(self.selected) if self.selected else np.zeros(0)).astype(np.int16),
             output_len=st.output_len, prompt_len=st.prompt_len, selector_uses_time=sel.drafts,
             wall_s=time.perf_counter() - self.t0,
             meta={"lambda_star": getattr(sel.selector, "lam", None)})
+
+
+def _columns(rows: list[tuple], spec) -> dict[str, np.ndarray]:
+    """Rows of tuples as named columns of the given dtypes."""
+    if not rows:
+        return {k: np.zeros(0, dtype=t) for k, t in spec}
+    table = np.array(rows, dtype=np.float64)    # integers here are far below 2^53: exact
+    return {k: np.ascontiguousarray(table[:, i]).astype(t) for i, (k, t) in enumerate(spec)}
 
 
 def plan(st: Stages, progress: Callable[[int], None] | None = None) -> Schedule:
