@@ -97,14 +97,13 @@ class PhysicalModel:
                 raise ProfileError(f"{what} must lie in (0, 1], got {v}")
         self.draft_width = int(draft_width)
         m = model
-        b = DTYPE_BYTES[m.dtype]
         Ld = m.decoder_layers
         self.moe_index = np.asarray(m.moe_layers, dtype=np.int64)          # decoder layer of each MoE layer
         self.L_moe = len(self.moe_index)
         self.bw = gpu.hbm_gbps * 1e9 * self.o.efficiency                  # B/s achieved
         self.peak = gpu.peak_tflops(m.dtype) * 1e12 * self.o.compute_efficiency  # FLOP/s achieved
         dense_p = np.array([m.layer_dense_params(i) for i in range(Ld)], dtype=np.float64)
-        self.w_bytes = dense_p * b / self.tp                               # per GPU
+        self.w_bytes = np.array([m.layer_dense_bytes(i) for i in range(Ld)]) / self.tp   # per GPU
         routed_flops = np.zeros(Ld)
         routed_flops[self.moe_index] = 2.0 * m.trace_top_k * m.expert_params
         self.tok_flops = (2.0 * dense_p + routed_flops) / self.tp          # per token per GPU
@@ -115,7 +114,7 @@ class PhysicalModel:
         d_qk = (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2 if m.attention == "mla" \
             else m.head_dim
         self.pair_flops = 4.0 * m.num_attention_heads * d_qk / self.tp     # per (query, context) pair per layer
-        self.head_bytes = m.vocab_size * m.hidden_size * b / self.tp
+        self.head_bytes = m.head_bytes / self.tp
         self.head_flops = 2.0 * m.vocab_size * m.hidden_size / self.tp
         # all-reduce: two per layer, ring over tp GPUs
         if self.tp > 1:
