@@ -152,7 +152,7 @@ def run(args) -> int:
     import os
     from functools import partial
 
-    from simmoe.hardware.profile import load_profile
+    from simmoe.hardware.profile import load_profile, profile_line
     from simmoe.replay.batch import check_batch, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, ar_baseline, check_profile_geometry, replay_all
     from simmoe.replay.selectors import parse_selectors
@@ -232,7 +232,8 @@ def run(args) -> int:
     if not to_stdout:
         stdout = _console(stderr=False)
         table = results_table(rows, base, baseline, trace.is_synthetic, columns,
-                              _selector_time_text(fixed_ms, profile, base.selector_clock), batch=batch)
+                              _selector_time_text(fixed_ms, profile, base.selector_clock)
+                              + f"\nprofile {profile_line(profile)}", batch=batch)
         widen_for(stdout, table)
         stdout.print(table)
         stdout.print(legend(columns), highlight=False)
