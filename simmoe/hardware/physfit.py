@@ -340,31 +340,8 @@ def to_toml(fit: dict) -> str:
         "# tokens/s on QA (Tables 1, 7, 8, 9 at temperature 0; Tables 1, 7, 8 at temperature 1),",
         "# Table 6's vanilla QA row and Table 1's EAGLE-3 tokens/s on QA at temperature 0.",
         "#",
-        "# C(k), QA, Qwen3-30B-A3B on A100 SXM4 80GB (published / fitted, ms):",
-    ]
-    for k, a, b in zip(ck["k"], ck["target"], ck["predicted"], strict=True):
-        lines.append(f"#   k = {k:2d}: {a:6.2f} / {b:6.2f}  ({100 * (b / a - 1):+.1f}%)")
-    lines += [
-        "#   mean per-layer expert union of the prefixes (k = 0, 1, 4, ..., 32): "
-        + ", ".join(f"{x:.1f}" for x in ck["union_per_layer"]),
-    ]
-    if ck["at_bound"]:
-        lines.append("#   efficiency stopped at its bound 1.0: the synthetic unions grow faster with k than")
-        lines.append("#   Table 4's slope allows at the A100's peak HBM bandwidth (docs/models-and-gpus.md).")
-    lines += ["#", "# Table 6 (vLLM), vanilla QA tok/s at batch " + ", ".join(map(str, t6["batches"])) + ": "
-              + ", ".join(f"{x:g}" for x in t6["target"])]
-    for g, f in t6["fits"].items():
-        lines.append(f"#   {g:>15}: step {f['step_ms']:.3f} ms -> " + ", ".join(f"{x:.0f}" for x in f["predicted_tps"])
-                     + f"  (rms {f['rms_err_pct']:.1f}%, max {f['max_abs_err_pct']:.1f}%)")
-    lines.append("#   mean per-layer union of B requests' tokens: "
-                 + ", ".join(f"B={b}: {u}" for b, u in t6["union_per_layer"].items()))
+    ] + _residual_lines(fit)
     sp = fit.get("spec")
-    if sp:
-        lines += ["#", f"# Speculative iteration, Table 1 EAGLE-3 on QA at temperature 0 ({sp['target_tps']:g} tok/s; "
-                  f"{sp['requests']} requests, Mat {sp['mat']:.3f}):",
-                  f"#   without the term {sp['tps_without']:.2f} tok/s, {sp['ms_per_cycle_without']:.2f} ms/iteration;"
-                  f" with {sp['spec_iteration_ms']:.3f} ms on each of {sp['iterations']} iterations "
-                  f"{sp['tps_with']:.2f} tok/s, {sp['ms_per_cycle_with']:.2f} ms/iteration"]
     lines += ["", "[settings.sglang-a100]",
               'description = "EVICT Tables 1-5, 7-9: SGLang with CUDA graphs, A100 SXM4 80GB, batch 1"',
               'gpu = "a100-sxm4-80gb"',
@@ -407,6 +384,36 @@ def to_toml(fit: dict) -> str:
               "", "[settings.vllm-table6.step_ms]",
               f'"qwen3-30b-a3b" = {_fmt(best["step_ms"])}  # fitted to Table 6 vanilla QA at every batch size']
     return "\n".join(lines) + "\n"
+
+
+def _residual_lines(fit: dict) -> list[str]:
+    """The fit's residuals as TOML comments: Table 4's C(k), Table 6's GPUs, the speculative iteration."""
+    ck, t6 = fit["ck"], fit["table6"]
+    lines = ["# C(k), QA, Qwen3-30B-A3B on A100 SXM4 80GB (published / fitted, ms):"]
+    for k, a, b in zip(ck["k"], ck["target"], ck["predicted"], strict=True):
+        lines.append(f"#   k = {k:2d}: {a:6.2f} / {b:6.2f}  ({100 * (b / a - 1):+.1f}%)")
+    lines += [
+        "#   mean per-layer expert union of the prefixes (k = 0, 1, 4, ..., 32): "
+        + ", ".join(f"{x:.1f}" for x in ck["union_per_layer"]),
+    ]
+    if ck["at_bound"]:
+        lines.append("#   efficiency stopped at its bound 1.0: the synthetic unions grow faster with k than")
+        lines.append("#   Table 4's slope allows at the A100's peak HBM bandwidth (docs/models-and-gpus.md).")
+    lines += ["#", "# Table 6 (vLLM), vanilla QA tok/s at batch " + ", ".join(map(str, t6["batches"])) + ": "
+              + ", ".join(f"{x:g}" for x in t6["target"])]
+    for g, f in t6["fits"].items():
+        lines.append(f"#   {g:>15}: step {f['step_ms']:.3f} ms -> " + ", ".join(f"{x:.0f}" for x in f["predicted_tps"])
+                     + f"  (rms {f['rms_err_pct']:.1f}%, max {f['max_abs_err_pct']:.1f}%)")
+    lines.append("#   mean per-layer union of B requests' tokens: "
+                 + ", ".join(f"B={b}: {u}" for b, u in t6["union_per_layer"].items()))
+    sp = fit.get("spec")
+    if sp:
+        lines += ["#", f"# Speculative iteration, Table 1 EAGLE-3 on QA at temperature 0 ({sp['target_tps']:g} tok/s; "
+                  f"{sp['requests']} requests, Mat {sp['mat']:.3f}):",
+                  f"#   without the term {sp['tps_without']:.2f} tok/s, {sp['ms_per_cycle_without']:.2f} ms/iteration;"
+                  f" with {sp['spec_iteration_ms']:.3f} ms on each of {sp['iterations']} iterations "
+                  f"{sp['tps_with']:.2f} tok/s, {sp['ms_per_cycle_with']:.2f} ms/iteration"]
+    return lines
 
 
 def _spec_lines(sp: dict | None, carried: str) -> list[str]:
