@@ -62,6 +62,7 @@ def run(args) -> int:
     console.print(_model_table(models))
     console.print("* unverified fields (see `simmoe models NAME`); sizes at the checkpoint's dtype; "
                   "a dense model is one expert per layer, top-1")
+    console.print(_footnotes(models))
     return 0
 
 
@@ -86,9 +87,22 @@ def _model_table(models):
                   f"{m.shared_intermediate}" if m.shared_intermediate else "–", str(m.hidden_size), attn,
                   f"{m.expert_bytes / 1e6:.2f}", f"{m.dense_bytes / 1e9:.2f}",
                   f"{m.kv_bytes_per_token / 1e3:.1f}", f"{d['total_params_b']:.1f}",
-                  f"{d['active_params_b']:.2f}",
+                  f"{d['active_params_b']:.2f}" + ("†" if m.card_active_counts == "no-input-embedding" else ""),
                   m.expert_dtype if m.expert_dtype == m.dtype else f"{m.dtype}/{m.expert_dtype}")
     return t
+
+
+def _footnotes(models) -> str:
+    """What the KV and active-parameter columns count, with the numbers that need it."""
+    window = [m for m in models.values() if m.sliding_window]
+    held = ", ".join(f"{m.key}: at most {m.kv_window_bytes / 1e6:.1f} MB per sequence" for m in window)
+    kv = (f"KV KB/token: bytes each further context token adds; sliding-window layers hold at most their "
+          f"window ({held})") if window else ""
+    cards = ", ".join(f"{m.key} {m.card_active_params_b:g}" for m in models.values()
+                      if m.card_active_params_b and m.card_active_counts == "no-input-embedding")
+    active = ("active B: weights one token reads, counted as the model card counts: input embedding and LM head "
+              "included; † LM head included, input embedding not" + (f" (cards: {cards})" if cards else ""))
+    return "\n".join(x for x in (kv, active) if x)
 
 
 def _gpu_table(gpus):

@@ -159,6 +159,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from simmoe.hardware.profile import profile_line
     from simmoe.replay.engine import ar_baseline
 
     st = _setup(args)
@@ -182,8 +183,9 @@ def run(args) -> int:
     if not st.to_stdout:
         stdout = _console(stderr=False)
         table = results_table(rows, st.base, baseline, st.trace.is_synthetic, st.columns,
-                              _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock),
-                              batch=st.base.batch, resident=st.profile.resident)
+                              _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock)
+                              + f"\nprofile {profile_line(st.profile)}", batch=st.base.batch,
+                              resident=st.profile.resident)
         widen_for(stdout, table)
         stdout.print(table)
         stdout.print(legend(st.columns), highlight=False)

@@ -82,6 +82,7 @@ def _parse_row(raw: Mapping[str, Any], where: str) -> ProbeRow:
         missing.append("ms")
     if missing:
         raise SimmoeError(f"{where}: missing {', '.join(repr(m) for m in missing)}")
+    assert ms_key is not None
     try:
         k = int(str(raw["k"]).strip()) if not isinstance(raw["k"], int) else raw["k"]
         union = int(str(raw["union"]).strip()) if not isinstance(raw["union"], int) else raw["union"]
@@ -229,10 +230,23 @@ def fit_timing(simulate: Callable[[dict[str, float]], Mapping[str, float]],
     out of budget or stops without meeting scipy's convergence tests returns
     ``success=False`` and says why in ``message``.
     """
-    from scipy.optimize import least_squares
-
-    bounds = dict(bounds or {})
     free = list(free)
+    _check_fit_inputs(targets, start, free, max_evaluations)
+    obj = _Objective(simulate, targets, start, free, dict(bounds or {}), max_evaluations)
+    x, ok, message = obj.optimise()
+    try:
+        predicted = obj.evaluate(x)[1]
+    except _BudgetSpent:   # only when the budget ran out before the start point was simulated
+        predicted = dict(simulate(obj.params_of(x)))
+        obj.count += 1
+    rel = {q: float(predicted[q]) / float(targets[q]) - 1.0 for q in obj.keys}
+    return TimingFit(obj.params_of(x), {q: float(predicted[q]) for q in obj.keys}, dict(targets), rel,
+                     obj.count, ok, message)
+
+
+def _check_fit_inputs(targets: Mapping[str, float], start: Mapping[str, float], free: list[str],
+                      max_evaluations: int) -> None:
+    """One clear error for a fit that cannot start: no budget, no targets, unknown or too many parameters."""
     if max_evaluations < 1:
         raise SimmoeError(f"the evaluation budget must be at least 1, got {max_evaluations}")
     unknown = [f for f in free if f not in start]
@@ -242,75 +256,76 @@ def fit_timing(simulate: Callable[[dict[str, float]], Mapping[str, float]],
         raise SimmoeError("no targets to fit")
     if len(free) > len(targets):
         raise SimmoeError(f"{len(free)} free parameters but only {len(targets)} targets")
-    keys = list(targets)
-    lo = np.array([bounds.get(f, (0.0, np.inf))[0] for f in free], dtype=float)
-    hi = np.array([bounds.get(f, (0.0, np.inf))[1] for f in free], dtype=float)
-    x0 = np.clip(np.array([float(start[f]) for f in free]), lo, hi)
-    count = [0]
-    seen: dict[tuple, tuple[np.ndarray, dict]] = {}
-    best: dict[str, Any] = {"cost": math.inf, "x": x0}
 
-    def params_of(x):
-        p = dict(start)
-        p.update({f: float(v) for f, v in zip(free, x)})
+
+class _Objective:
+    """The relative residuals of one fit: memoised simulations within a budget, a forward-difference Jacobian."""
+
+    def __init__(self, simulate, targets: Mapping[str, float], start: Mapping[str, float], free: list[str],
+                 bounds: dict[str, tuple[float, float]], max_evaluations: int):
+        self.simulate, self.targets, self.start, self.free = simulate, targets, start, free
+        self.max_evaluations = max_evaluations
+        self.keys = list(targets)
+        self.lo = np.array([bounds.get(f, (0.0, np.inf))[0] for f in free], dtype=float)
+        self.hi = np.array([bounds.get(f, (0.0, np.inf))[1] for f in free], dtype=float)
+        self.x0 = np.clip(np.array([float(start[f]) for f in free]), self.lo, self.hi)
+        self.count = 0
+        self.seen: dict[tuple, tuple[np.ndarray, dict]] = {}
+        self.best_cost, self.best_x = math.inf, self.x0
+
+    def params_of(self, x) -> dict[str, float]:
+        p = dict(self.start)
+        p.update({f: float(v) for f, v in zip(self.free, x)})
         return p
 
-    def evaluate(x) -> tuple[np.ndarray, dict]:
+    def evaluate(self, x) -> tuple[np.ndarray, dict]:
         key = tuple(float(v) for v in x)
-        if key not in seen:
-            if count[0] >= max_evaluations:
+        if key not in self.seen:
+            if self.count >= self.max_evaluations:
                 raise _BudgetSpent
-            count[0] += 1
-            out = dict(simulate(params_of(x)))
-            r = np.array([float(out[q]) / float(targets[q]) - 1.0 for q in keys])
-            seen[key] = (r, out)
+            self.count += 1
+            out = dict(self.simulate(self.params_of(x)))
+            r = np.array([float(out[q]) / float(self.targets[q]) - 1.0 for q in self.keys])
+            self.seen[key] = (r, out)
             cost = float(r @ r)
-            if cost < best["cost"]:
-                best.update(cost=cost, x=np.array(key))
-        return seen[key]
+            if cost < self.best_cost:
+                self.best_cost, self.best_x = cost, np.array(key)
+        return self.seen[key]
 
-    def residuals(x):
-        return evaluate(x)[0]
+    def residuals(self, x) -> np.ndarray:
+        return self.evaluate(x)[0]
 
-    def jacobian(x):
+    def jacobian(self, x) -> np.ndarray:
         x = np.asarray(x, dtype=float)
-        f0 = residuals(x)
+        f0 = self.residuals(x)
         J = np.empty((len(f0), len(x)))
         for i in range(len(x)):
             h = FD_STEP * max(1.0, abs(x[i]))
-            if x[i] + h > hi[i]:
+            if x[i] + h > self.hi[i]:
                 h = -h
             xi = x.copy()
             xi[i] += h
-            J[:, i] = (residuals(xi) - f0) / (xi[i] - x[i])
+            J[:, i] = (self.residuals(xi) - f0) / (xi[i] - x[i])
         return J
 
-    message = "no free parameters"
-    ok = True
-    x = x0
-    if free:
+    def optimise(self) -> tuple[np.ndarray, bool, str]:
+        """``(x, converged, message)``: least squares from ``x0``, identifiability checked at both ends."""
+        from scipy.optimize import least_squares
+
+        if not self.free:
+            return self.x0, True, "no free parameters"
         try:
-            _check_identifiable(jacobian(x0), free, x0, "at the start values")
-            res = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), x_scale="jac",
-                                max_nfev=max_evaluations)
-            x, ok, message = res.x, res.status > 0, res.message
-            if ok:
-                _check_identifiable(res.jac, free, x, "at the fitted values")
-            else:
-                message = f"stopped after {count[0]} simulations: {res.message}"
+            _check_identifiable(self.jacobian(self.x0), self.free, self.x0, "at the start values")
+            res = least_squares(self.residuals, self.x0, jac=self.jacobian, bounds=(self.lo, self.hi),
+                                x_scale="jac", max_nfev=self.max_evaluations)
+            if res.status > 0:
+                _check_identifiable(res.jac, self.free, res.x, "at the fitted values")
+                return res.x, True, res.message
+            return res.x, False, f"stopped after {self.count} simulations: {res.message}"
         except _BudgetSpent:
-            x, ok = best["x"], False
-            message = (f"the budget of {max_evaluations} simulation{'s' if max_evaluations != 1 else ''} "
-                       "ran out before the fit converged")
-    try:
-        predicted = evaluate(x)[1]
-    except _BudgetSpent:   # only when the budget ran out before the start point was simulated
-        predicted = dict(simulate(params_of(x)))
-        count[0] += 1
-    params = params_of(x)
-    rel = {q: float(predicted[q]) / float(targets[q]) - 1.0 for q in keys}
-    return TimingFit(params, {q: float(predicted[q]) for q in keys}, dict(targets), rel, count[0], ok,
-                     message)
+            n = self.max_evaluations
+            return self.best_x, False, (f"the budget of {n} simulation{'s' if n != 1 else ''} "
+                                        "ran out before the fit converged")
 
 
 def _check_identifiable(J: np.ndarray, free: Sequence[str], x: np.ndarray, where: str) -> None:

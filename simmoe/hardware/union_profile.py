@@ -75,10 +75,11 @@ def prefix_unions(trace, K: int, *, samples: int = 256, batch: int = 1, seed: in
     unions = np.zeros((len(picks), K + 1, L), dtype=np.float64)
     contexts = np.zeros(len(picks), dtype=np.float64)
     for i, rows in enumerate(picks):
-        acc = None
+        acc: np.ndarray | None = None
         for row in rows:
             m = _prefix_masks(trace, row, K)
             acc = m if acc is None else (acc | m)
             contexts[i] += prompt[pos_req[row]] + pos_idx[row]
+        assert acc is not None   # every pick holds at least one row
         unions[i] = acc.sum(axis=2)
     return unions, contexts

@@ -71,9 +71,10 @@ def _published_counters(row: Row, pub: dict) -> dict | None:
     """The published counters row of the configuration behind ``row`` (Tables 2–4), if any."""
     if row.run is None:
         return None
-    prefix, hw, method, slots = (row.run.split("/") + [None])[:4]
+    parts: list[str | None] = [*row.run.split("/"), None]
+    prefix, hw, method, slots = parts[:4]
     table = {"cnndm": pub["specfit"]["table2_cnndm_a100"], "gsm8k": pub["specfit"]["table3_gsm8k_a100"],
-             "gsm8k-odd": pub["specfit"]["table4_gsm8k_rtx4090"] if hw == "4090" else None}.get(prefix)
+             "gsm8k-odd": pub["specfit"]["table4_gsm8k_rtx4090"] if hw == "4090" else None}.get(prefix or "")
     if table is None or slots is None:
         return None
     cache = slots != "0"

@@ -108,7 +108,7 @@ def mat_source(model: str, temperature: int) -> tuple[str, str, str] | None:
     if temperature:
         return T1_MAT.get(model)
     table, col = MODELS[model][1], MODELS[model][2]
-    return None if table is None else (table, col, col.replace("eagle3", "evict"))
+    return None if table is None or col is None else (table, col, col.replace("eagle3", "evict"))
 
 
 def mat_fitted_t1(model: str, bench: str) -> str | None:

@@ -58,6 +58,7 @@ class Settings:
     evict_requests: dict = field(default_factory=lambda: {"gsm8k": 20, "cnndm": 10})
 
     def workloads(self) -> list[Workload]:
+        sizes: dict[str, int | None]
         if self.quick:
             sizes = {"gsm8k": 4, "cnndm": 2}
             evict = {"gsm8k": 2, "cnndm": 1}
