@@ -488,6 +488,15 @@ def format_value(key: str, fmt: str, value) -> str:
     return fmt.format(value)
 
 
+def display_name(spec: str) -> str:
+    """A selector's name in the table: a ``module:Name`` plugin by its own ``name``."""
+    if ":" not in spec:
+        return spec
+    from simmoe.replay import plugins
+
+    return str(plugins.load("selector", spec).name)
+
+
 def setting_text(config, resident: bool, batch: int) -> str:
     """The stages a replay ran with, in words: residency, hardware, timing, verification, batch."""
     if resident:
@@ -528,5 +537,5 @@ def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUM
             if r["selector"] == "ar" and key in NO_DRAFTER:
                 v = None  # AR has no drafter and no selector
             cells.append(format_value(key, COLUMNS[key][1], v))
-        table.add_row(r["selector"], *cells)
+        table.add_row(display_name(r["selector"]), *cells)
     return table
