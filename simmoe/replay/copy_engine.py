@@ -195,6 +195,7 @@ class CopyEngine:
         c lanes, each starting at most one copy per copy time before the deadline.
         """
         w = self.window
+        assert w is not None
         if not self.random and self.x > 0 and math.isfinite(w.deadline_hint):
             return self.c * (math.ceil((w.deadline_hint - self.t0) / self.x) + 1)
         return math.inf
@@ -207,6 +208,7 @@ class CopyEngine:
         sized by the jobs the window can still start (:meth:`job_limit`).
         """
         w = self.window
+        assert w is not None
         limit = self.job_limit()
         if not len(pairs):
             return len(w.pairs) < limit
@@ -280,6 +282,7 @@ class CopyEngine:
         with the lanes in locals.  Returns the first job not started.
         """
         w = self.window
+        assert w is not None
         release, n, x = w.release, len(w.pairs), self.x
         lanes = self.lanes
         ja = jb = -1             # the job each lane took last

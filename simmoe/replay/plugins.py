@@ -104,7 +104,8 @@ def check_class(kind: str, spec: str, obj: Any) -> None:
     if missing:
         raise SimmoeError(f"{what} {spec!r} does not satisfy simmoe.api.{proto}: no method "
                           + ", ".join(f"{m}()" for m in missing))
-    if not isinstance(getattr(obj, "name", None), str) or not obj.name:
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name:
         raise SimmoeError(f"{what} {spec!r} does not satisfy simmoe.api.{proto}: no class attribute 'name'")
 
 

@@ -46,9 +46,9 @@ def _flat(routes: np.ndarray, num_experts: int) -> np.ndarray:
 def draft_order(levels: np.ndarray, p: np.ndarray, slots: np.ndarray | None = None) -> np.ndarray:
     """Node indices level by level, most probable first; ties by slot, then index."""
     ids = np.arange(len(levels))
-    keys = (ids, -np.asarray(p, dtype=np.float64), np.asarray(levels, dtype=np.int64))
+    keys: list[np.ndarray] = [ids, -np.asarray(p, dtype=np.float64), np.asarray(levels, dtype=np.int64)]
     if slots is not None:
-        keys = (ids, slots, keys[1], keys[2])
+        keys.insert(1, np.asarray(slots))
     return ids[np.lexsort(keys)]
 
 

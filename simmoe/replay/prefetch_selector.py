@@ -41,6 +41,7 @@ import numpy as np
 from simmoe.api import Choice, PoolView
 from simmoe.errors import SimmoeError
 from simmoe.replay.selectors import Selector, _cost
+from simmoe.replay.timing import profile_discount  # noqa: F401  (the discount's definition)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -54,13 +55,6 @@ def residency_weights(rho: float) -> tuple[int, int]:
                key=lambda pq: (abs(pq[0] / pq[1] - min(max(rho, 0.25), 1.0)), pq[1]))
     f = Fraction(best[0], best[1])
     return f.numerator, f.denominator
-
-
-def profile_discount(profile) -> float:
-    """ρ = e / max(e, x/c): an available expert's cost relative to a copied one (event model)."""
-    e = float(profile.expert_ms)
-    x = float(profile.effective_copy_ms)
-    return 1.0 if max(e, x) <= 0 else e / max(e, x)
 
 
 def weighted_pool(view: PoolView, available: np.ndarray | None, p: int, q: int, cost):

@@ -91,10 +91,12 @@ class OffloadedExperts:
         self.sequential = bool(sequential or policy is not None or record is not None)
         self.now = 0.0
         self._zeros = np.zeros(self.L, dtype=np.int64)
-        self._table = None
-        draw = _prefetch_draw(timer) if self.random else None
+        self._table: np.ndarray | None = None
+        self._avail_pre: np.ndarray | None = None
+        draw = _prefetch_draw(timer) if self.random and self.sequential else None
+        # the copy engine's state is carried across steps only when something can be on the link between them
         self.engine = CopyEngine(cache, self.L, self.N, slots, int(p.copies_in_flight), float(timer.copy_mean),
-                                 draw, staging=staging, record=record) if self.sequential else None
+                                 draw, staging=staging, record=record)
         self._step_open = False
         self.extra_selector_ms = 0.0          # time the availability callbacks took (not selector time)
 
@@ -102,12 +104,12 @@ class OffloadedExperts:
     def prefill(self, prompt_len: int, demand: np.ndarray, request: int = 0):
         """A request's prefill: through the cache as without prefetch, timed by the timing stage."""
         eng = self.engine
-        if eng is not None and eng.pf_count.any():
+        if self.sequential and eng.pf_count.any():
             used = demand & eng.pf_unused
             eng.counts["useful"] += int(used.sum())
             eng.pf_unused &= ~used
         h, m = self._serve(demand, "prefill", (request,), (-1,))
-        if eng is not None:
+        if self.sequential:
             eng.after_forward()
         ms = self.timer.prefill_ms(int(prompt_len), h, m)
         if self.record is not None:
@@ -118,7 +120,7 @@ class OffloadedExperts:
 
     def _serve(self, demand, kind, requests, positions):
         if self.no_cache:
-            if self.engine is not None:
+            if self.sequential:
                 h = (demand & self.engine.staged).sum(axis=1)
                 return h, demand.sum(axis=1) - h
             return self._zeros, demand.sum(axis=1)
@@ -183,7 +185,7 @@ class OffloadedExperts:
 
     def step(self, step, selector_ms: float):
         """Time one step: drafting, selection, the forward, commit; its hits, misses and prefetch counts."""
-        if self.engine is None:
+        if not self.sequential:
             return self._tabulated(step, selector_ms)
         if not self._step_open:
             sel = step.nodes if (self.policy is not None and getattr(self.policy, "knows_truth", False)) else None
@@ -249,7 +251,7 @@ class OffloadedExperts:
 
     def finish(self) -> int:
         """Prefetched experts never used when the replay ends (counted as wasted)."""
-        return self.engine.finish() if self.engine is not None else 0
+        return self.engine.finish() if self.sequential else 0
 
     # -- one forward against the copy engine -------------------------------------------------
     def _forward(self, F: float, step) -> tuple[float, np.ndarray, np.ndarray]:
@@ -292,7 +294,7 @@ class OffloadedExperts:
         """
         L, eng, record = self.L, self.engine, self.record
         ahead = layers is not None
-        rel = []
+        rel: list[float] = []
         t = F
         j = L
         for layer in range(L):
@@ -355,7 +357,7 @@ class OffloadedExperts:
                     hits_now -= 1
         if m:
             durs = self.timer.draw_copy_times(np.array([m])).tolist() if self.random else None
-            missing = self._missing(layer, row, ahead) if record is not None else None
+            missing = self._missing(layer, row, ahead) if record is not None else []
             x = eng.x
             for i in range(m):
                 k = eng.lane()
@@ -393,6 +395,7 @@ class OffloadedExperts:
         """The layer's demand copies by expert id (for the timeline's names)."""
         eng = self.engine
         if not ahead:      # the cache has already served this forward
+            assert self._avail_pre is not None
             avail = self._avail_pre[layer]
         else:
             avail = eng.staged[layer] if self.cache is None else (self.cache.resident[layer] | eng.staged[layer])

@@ -76,7 +76,7 @@ def uniforms(seed: int, key, position) -> np.ndarray:
     with np.errstate(over="ignore"):
         k = np.asarray(key, dtype=np.uint64)
         pos = np.asarray(position, dtype=np.int64).astype(np.uint64)
-        x = _mix(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN)
+        x = _mix(np.asarray(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN))
         x = _mix(x ^ k)
         x = _mix((x + _GOLDEN) ^ pos)
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

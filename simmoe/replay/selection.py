@@ -49,7 +49,7 @@ def selector_context(trace, profile, config, batch: int = 1) -> SelectorContext:
     evict = evict_table(trace, profile, batch) if flags["uses_evict_cost"] else ()
     options = dict(config.options)
     if flags["uses_residency"]:
-        from simmoe.replay.prefetch_selector import profile_discount
+        from simmoe.replay.timing import profile_discount
 
         options.setdefault("residency_discount", profile_discount(profile))
     return SelectorContext(K=trace.pool_shape.K, cost=cost, evict_cost=evict, options=options)

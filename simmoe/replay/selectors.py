@@ -38,10 +38,10 @@ import numpy as np
 
 from simmoe.api import Choice, PoolView, SelectorContext
 from simmoe.errors import SimmoeError
-from simmoe.replay.verification import accepted_length
-from simmoe.replay.verification import longest_agreeing_prefix as _agreeing
+from simmoe.replay.paths import accepted_length, longest_agreeing_path
 
-__all__ = ["Choice", "PoolView", "SelectorContext", "accepted_length", "SELECTORS", "DEFAULT_SELECTORS"]
+__all__ = ["Choice", "PoolView", "SelectorContext", "accepted_length", "longest_agreeing_path", "SELECTORS",
+           "DEFAULT_SELECTORS"]
 
 DEFAULT_SELECTORS = ("ar", "eagle3", "evict", "specfit", "oracle")
 
@@ -67,27 +67,6 @@ def top_k(view: PoolView, k: int, nodes: np.ndarray | None = None) -> np.ndarray
         keep[nodes] = True
         order = order[keep[order]]
     return np.sort(order[:k])
-
-
-def longest_agreeing_path(parents: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Ascending ids of the longest root-to-node path whose nodes all have ``ok``.
-
-    Ties go to the path ending at the smallest node id.  One pass over the
-    nodes in id order (parents first): O(n).
-    """
-    n = len(parents)
-    if not n:
-        return _EMPTY
-    par = parents.tolist()
-    depth, best = _agreeing(par, ok.tolist(), range(n))
-    if not best:
-        return _EMPTY
-    end = min(v for v, d in depth.items() if d == best)
-    path = []
-    while end >= 0:
-        path.append(end)
-        end = par[end]
-    return np.array(path[::-1], dtype=np.int64)
 
 
 # --------------------------------------------------------------------------
@@ -427,6 +406,7 @@ def parse_selectors(spec: str | Sequence[str] | None) -> list[str]:
 
 
 def make_selector(name: str, context: SelectorContext) -> Selector:
-    from simmoe.replay.selection import make_selector as build
+    """Build the selector registered as ``name`` (or ``module:Name``) with ``context``."""
+    from simmoe.replay import plugins
 
-    return build(name, context)
+    return plugins.instantiate("selector", name, context)

@@ -14,26 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from simmoe.api import Choice
-
-
-def longest_agreeing_prefix(parents: list, agree: list, nodes) -> tuple[dict, int]:
-    """Nodes (of ``nodes``, ascending) whose root path lies in ``nodes`` and all agree: node -> depth."""
-    depth: dict[int, int] = {}
-    for v in nodes:  # ascending ids: a parent is decided before its children
-        a = parents[v]
-        if agree[v]:
-            if a < 0:
-                depth[v] = 1
-            elif a in depth:
-                depth[v] = depth[a] + 1
-    return depth, max(depth.values(), default=0)
-
-
-def accepted_length(parents: np.ndarray, agree: np.ndarray, nodes: np.ndarray) -> int:
-    """Length of the accepted path when ``nodes`` are verified.  O(|S|)."""
-    if not len(nodes):
-        return 0
-    return longest_agreeing_prefix(parents.tolist(), agree.tolist(), sorted(np.asarray(nodes).tolist()))[1]
+from simmoe.replay.paths import accepted_length, longest_agreeing_prefix  # noqa: F401  (re-exported)
 
 
 def verdicts_for(trace, temperature: float, seed: int) -> np.ndarray:
