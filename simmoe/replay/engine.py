@@ -281,8 +281,9 @@ class _Records:
         self.output_len = np.asarray(trace.requests.output_len[:R], dtype=np.int32)
         self.rows: list[tuple] = []      # per step: hits, misses, draft, selector, forward, commit ms
         self.pf: list[tuple] = []        # per step: prefetched, useful, wasted
-        self.pre: dict[str, np.ndarray] = {"prefill_hits": np.zeros(R, np.int32), "prefill_misses": np.zeros(R, np.int32),
-                    "prefill_ms": np.zeros(R), "admit_ms": np.zeros(R)}
+        self.pre: dict[str, np.ndarray] = {
+            "prefill_hits": np.zeros(R, np.int32), "prefill_misses": np.zeros(R, np.int32),
+            "prefill_ms": np.zeros(R), "admit_ms": np.zeros(R)}
         self.clock = 0.0
         self.step_end: list[float] = []
         fixed = config.selector_ms
