@@ -104,12 +104,12 @@ def build_residency(trace, config, profile, timer, pools, *, future=None, sequen
     L, N = int(g.num_layers), int(g.num_experts)
     cache = None
     if config.cache_active:
-        policy = plugins.instantiate("cache", config.cache)
+        policy = plugins.guarded("cache", config.cache, plugins.instantiate("cache", config.cache))
         cache = ExpertCache(L, N, int(config.slots), policy, future=future, seed=config.seed, trace=trace,
                             requests=requests)
     prefetch = None
     if config.prefetch != "none":
-        prefetch = plugins.instantiate("prefetch", config.prefetch)
+        prefetch = plugins.guarded("prefetch", config.prefetch, plugins.instantiate("prefetch", config.prefetch))
         from simmoe.api import CacheShape
 
         prefetch.reset(CacheShape(L, N, int(config.slots) if config.cache_active else 0, seed=config.seed,
@@ -241,25 +241,13 @@ def _run(trace, config, profile, R, schedule, verdicts, predictor, *, pools, pro
         events = schedule.events_iter()
         uses_time = schedule.selector_uses_time
     rec = _Records(trace, config, R, residency, uses_time)
-    try:
-        for ev in events:
-            rec.add(ev)
-            if live is not None:
-                live.add(ev)
-    except (SimmoeError, CheckFailed):
-        raise
-    except Exception as exc:   # a plugin raised inside the residency stage
-        raise _plugin_failure(config, exc) from None
+    for ev in events:
+        rec.add(ev)
+        if live is not None:
+            live.add(ev)
     return rec.result(live.schedule() if live is not None else schedule,
                       recorder.events if recorder is not None else None,
                       counted=config.prefetch != "none" or coupled or sequential)
-
-
-def _plugin_failure(config, exc: BaseException) -> SimmoeError:
-    for kind, name in (("cache", config.cache), ("prefetch", config.prefetch)):
-        if name != "none" and not str(plugins.load(kind, name).__module__).startswith("simmoe."):
-            return plugins.plugin_error(kind, name, exc, "during the replay")
-    raise exc
 
 
 class _Recorder:

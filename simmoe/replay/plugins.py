@@ -142,6 +142,39 @@ class Registry(Mapping):
 
 
 def plugin_error(kind: str, spec: str, exc: BaseException, where: str = "") -> SimmoeError:
-    """One line for an exception raised inside a plugin during a replay."""
-    at = f" at {where}" if where else ""
+    """One line for an exception raised inside a plugin during a replay (``where``: "in scores()", ...)."""
+    at = f" {where}" if where else ""
     return SimmoeError(f"{KIND_NAMES[kind]} {spec!r} raised {type(exc).__name__}{at}: {exc}")
+
+
+def guarded(kind: str, spec: str, obj: Any) -> Any:
+    """``obj`` with every method call turning an exception into one line naming the plugin.
+
+    simmoe's own implementations are returned as they are (no wrapper on the hot path).
+    """
+    if type(obj).__module__.startswith("simmoe."):
+        return obj
+    return _Guard(kind, spec, obj)
+
+
+class _Guard:
+    """A plugin instance whose method calls report exceptions as :func:`plugin_error`."""
+
+    def __init__(self, kind: str, spec: str, obj: Any):
+        self._kind, self._spec, self._obj = kind, spec, obj
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._obj, name)
+        if not callable(attr):
+            return attr
+        kind, spec = self._kind, self._spec
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except SimmoeError:
+                raise
+            except Exception as exc:
+                raise plugin_error(kind, spec, exc, f"in {name}()") from None
+
+        return call

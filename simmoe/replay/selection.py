@@ -170,7 +170,7 @@ class SelectionStage:
         except SimmoeError:
             raise
         except Exception as exc:
-            raise plugins.plugin_error("selector", self.name, exc, "prepare") from None
+            raise plugins.plugin_error("selector", self.name, exc, "in prepare()") from None
 
     def priced(self, view: PoolView, info: StepInfo, others_tokens: int, context: float) -> PoolView:
         """``view`` priced for the step it joins: the others' experts free, the batch-aware cost."""
@@ -197,8 +197,8 @@ class SelectionStage:
         except SimmoeError:
             raise
         except Exception as exc:
-            raise plugins.plugin_error("selector", self.name, exc, f"request {request}, position {position}") \
-                from None
+            raise plugins.plugin_error("selector", self.name, exc,
+                                       f"at request {request}, position {position}") from None
         wall, cpu_ms = (perf() - t1) * 1e3, (cpu() - c1) * 1e3
         if self.checked:
             choice = check_choice(self.name, choice, view, self.context.K, request, position)

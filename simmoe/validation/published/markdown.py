@@ -98,7 +98,7 @@ def _diagnostics(pred: Predictions) -> str:
                      num(s["drafted_levels"]), num(s["cycles"], 0), num(s["ms_per_cycle"]),
                      num(x["draft_ms"]), num(x["selector_ms"]), num(x["forward_ms"]),
                      num(x["union_per_layer"], 1), num(x["misses_per_cycle"], 1),
-                     num(s["h2d_per_token"]), num(s["hit_rate"])])
+                     num(s.get("h2d_per_token")), num(s.get("hit_rate"))])   # none in the resident regime
     return md_table(["run (trace/profile/selector/slots)", "decode TPS", "committed", "draft nodes",
                      "drafted levels", "cycles", "ms/cycle", "draft ms", "selector ms", "forward ms",
                      "union/layer", "copies/cycle", "H2D/token", "hit rate"], body)
