@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from hwprobe import __version__
+from simmoe.errors import SimmoeError
 
 COMMANDS = ["info", "models", "bandwidth", "record", "calibrate", "live", "selftest"]
 
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HwprobeError as exc:
+        print(f"hwprobe {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except SimmoeError as exc:      # the simulator's checks (paths, profiles, traces): bad input too
         print(f"hwprobe {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except ModuleNotFoundError as exc:

@@ -43,12 +43,13 @@ def parse_boundaries(text: str) -> tuple[int, ...]:
 def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
+    from simmoe.atomicio import check_outputs
 
     out = Path(args.out)
     if out.suffix != ".toml":
         raise HwprobeError(f"--out must name a .toml file, got {out}")
-    if not out.parent.is_dir():
-        raise HwprobeError(f"cannot write {out}: no such folder {out.parent}")
+    rows = args.rows if args.rows is not None else str(out.with_suffix(".probes.csv"))
+    check_outputs([("--out", args.out), ("--rows", rows)], inputs=(args.prompts,))  # before any probing
     if args.repeats < 1 or not 0 <= args.max_k <= 31:
         raise HwprobeError("--repeats must be >= 1 and --max-k in 0..31")
     boundaries = parse_boundaries(args.boundaries)

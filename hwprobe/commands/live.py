@@ -54,10 +54,10 @@ def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
     from hwprobe.session import checked_output
+    from simmoe.atomicio import check_outputs
 
     out = checked_output(args, "file")
-    if args.timeline is not None and Path(args.timeline).is_dir():
-        raise HwprobeError(f"--timeline {args.timeline}: is a folder, not a file")
+    check_outputs([("--out", args.out), ("--timeline", args.timeline)], inputs=(args.prompts,))
     from hwprobe.commands.record import check_sampling_args
 
     check_sampling_args(args)

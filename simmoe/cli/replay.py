@@ -152,6 +152,7 @@ def run(args) -> int:
     import os
     from functools import partial
 
+    from simmoe.cli.checks import check_replay_args
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.batch import check_batch, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, ar_baseline, check_profile_geometry, replay_all
@@ -173,7 +174,7 @@ def run(args) -> int:
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
-    check_outputs(args.json, args.csv, args.cycles)
+    check_replay_args(args)  # the seed and every output path, before any work
     check_batch(args.batch, args.batch)
     profile = load_profile(args.hardware)
     trace = read_trace(args.trace)
@@ -330,24 +331,6 @@ def _options(args) -> tuple:
     if not 0.0 < rho <= 1.0:
         raise SimmoeError(f"--coverage-rho {args.coverage_rho}: the coverage rho must be a fraction in (0, 1]")
     return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho}.items()))
-
-
-def check_outputs(json_out, csv_out, cycles_out) -> None:
-    """Refuse, before any work, outputs that cannot be written or would be mixed on stdout."""
-    from pathlib import Path
-
-    if cycles_out == "-":
-        raise SimmoeError("--cycles needs a file name (parquet), not '-'")
-    if json_out == "-" and csv_out == "-":
-        raise SimmoeError("--json - and --csv - would interleave on stdout: send one to a file")
-    for flag, path in (("--json", json_out), ("--csv", csv_out), ("--cycles", cycles_out)):
-        if not path or path == "-":
-            continue
-        if Path(path).is_dir():
-            raise SimmoeError(f"{flag} {path}: is a folder; give a file name")
-        parent = Path(path).resolve().parent
-        if not parent.is_dir():
-            raise SimmoeError(f"{flag} {path}: folder {parent} does not exist")
 
 
 def widen_for(console, table) -> None:
