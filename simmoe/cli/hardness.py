@@ -54,8 +54,9 @@ def _validate(args) -> None:
         raise SimmoeError(f"--count must be at least 1, got {args.count}")
     if args.seed < 0:
         raise SimmoeError(f"--seed must be >= 0, got {args.seed}")
-    if args.write is not None and Path(args.write).exists() and not Path(args.write).is_dir():
-        raise SimmoeError(f"--write {args.write}: exists and is not a folder")
+    from simmoe.atomicio import check_outputs
+
+    check_outputs([("--write", args.write)], folders=("--write",))
 
 
 def run(args) -> int:

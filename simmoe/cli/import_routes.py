@@ -96,6 +96,7 @@ def check_out(out: str) -> Path:
 
 
 def run(args) -> int:
+    from simmoe.atomicio import check_outputs
     from simmoe.trace.importer import MAX_EXPERTS, MAX_LAYERS, RouteColumns, import_routes
     from simmoe.trace.io import write_trace
 
@@ -110,6 +111,7 @@ def run(args) -> int:
     if args.expert_bytes < 0:
         raise SimmoeError(f"--expert-bytes must not be negative, got {args.expert_bytes}")
     out = check_out(args.out)
+    check_outputs([("--out", args.out)], inputs=(args.file,))
     columns = RouteColumns(
         request=args.request_col,
         token=args.token_col,

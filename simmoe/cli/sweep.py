@@ -86,7 +86,7 @@ def run(args) -> int:
         write_table,
     )
 
-    check_output_path(args.out)
+    check_output_path(args.out, inputs=args.traces)
     if args.address is not None and args.engine != "ray":
         raise SimmoeError("--address needs --engine ray")
     if args.engine == "ray":

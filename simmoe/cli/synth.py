@@ -135,13 +135,10 @@ def _run(args) -> int:
         if args.out or args.preset:
             raise SimmoeError("--calibration-report regenerates both presets; "
                               "do not combine it with --preset/--out")
-        from simmoe.atomicio import check_writable
+        from simmoe.atomicio import check_outputs
         from simmoe.synth.calibration import write_report
 
-        try:
-            check_writable(args.calibration_report)
-        except SimmoeError as exc:
-            raise SimmoeError(f"--calibration-report: {exc}") from None
+        check_outputs([("--calibration-report", args.calibration_report)])
         write_report(args.calibration_report, seed=args.seed,
                      log=lambda s: print(s, file=sys.stderr))
         print(f"wrote {args.calibration_report}")
@@ -152,14 +149,9 @@ def _run(args) -> int:
         raise SimmoeError("nothing to write: give --out PATH and/or --json FILE")
     if args.out and not str(args.out).endswith(".parquet"):
         raise SimmoeError(f"--out {args.out}: trace files end in .parquet")
-    from simmoe.atomicio import check_writable
+    from simmoe.atomicio import check_outputs
 
-    for flag, out in (("--out", args.out), ("--json", args.json)):
-        if out and out != "-":
-            try:
-                check_writable(out)
-            except SimmoeError as exc:
-                raise SimmoeError(f"{flag}: {exc}") from None
+    check_outputs([("--out", args.out), ("--json", args.json)], stdout=("--json",))
     if args.requests is not None and args.requests < 1:
         raise SimmoeError(f"--requests {args.requests}: must be at least 1")
     if args.seed < 0:

@@ -263,11 +263,10 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
     settings = settings.validate()
     if not paths:
         raise SimmoeError("no traces given")
+    from simmoe.atomicio import check_outputs
+
+    check_outputs([("--out", str(out))], folders=("--out",))
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise SimmoeError(f"--out {out}: exists and is not a folder")
-    if not out.parent.is_dir():
-        raise SimmoeError(f"--out {out}: folder {out.parent} does not exist")
     stems = [Path(p).stem for p in paths]
     if len(set(stems)) != len(stems):
         raise SimmoeError("two traces have the same file name; the report names its files after them")

@@ -289,11 +289,12 @@ def write_table(frame, path) -> None:
         raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
 
 
-def check_output_path(path) -> None:
-    """Fail before any work when the table could not be written."""
+def check_output_path(path, inputs=()) -> None:
+    """Fail before any work when the table could not be written (or would overwrite a trace)."""
+    from simmoe.atomicio import check_outputs
+
     suffix = Path(path).suffix.lower()
     if suffix not in (".csv", ".parquet", ".pq"):
         raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
-    if not Path(path).resolve().parent.is_dir():
-        raise SimmoeError(f"cannot write {path}: folder {Path(path).resolve().parent} does not exist")
+    check_outputs([("--out", path)], inputs=inputs)
 
