@@ -104,8 +104,9 @@ def register(sub) -> None:
                    help="expert cache slots per layer; 0 = no cache (default 48)")
     p.add_argument("--cache", default="lru", choices=CACHE_POLICIES,
                    help="cache policy (default lru)")
-    p.add_argument("--hardware", default=DEFAULT_PROFILE,
-                   help=f"hardware profile name or path (default {DEFAULT_PROFILE})")
+    p.add_argument("--hardware", default=None,
+                   help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
+                        "the physical profile of the trace's model on the same GPU and link, said in one line)")
     p.add_argument("--route-accuracy", type=float, default=1.0, metavar="A",
                    help="accuracy of the simulated route predictor the selectors see "
                         "(SpecFit §4.6); 1 = exact routes (default)")
@@ -153,6 +154,7 @@ def run(args) -> int:
     from functools import partial
 
     from simmoe.cli.checks import check_replay_args
+    from simmoe.cli.defaults import follow_trace
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.batch import check_batch, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, ar_baseline, check_profile_geometry, replay_all
@@ -176,10 +178,12 @@ def run(args) -> int:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
     check_replay_args(args)  # the seed and every output path, before any work
     check_batch(args.batch, args.batch)
-    profile = load_profile(args.hardware)
+    profile = load_profile(args.hardware) if args.hardware is not None else None
     trace = read_trace(args.trace)
     check_replay_temperature(trace, temperature, args.trace)
-    check_profile_geometry(trace, profile, args.hardware)
+    profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
+                                                                                  file=sys.stderr))
+    check_profile_geometry(trace, profile, base.hardware)
     if base.requests is not None and base.requests > len(trace.requests):
         raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
                           f"request{'s' if len(trace.requests) != 1 else ''}")
@@ -193,7 +197,7 @@ def run(args) -> int:
             columns = columns + prefetch.columns
     to_stdout = "-" in (args.json, args.csv)
     console = _console(stderr=True)
-    (console if to_stdout else _console(stderr=False)).print(provenance_text(trace, args.trace))
+    (console if to_stdout else _console(stderr=False)).print(provenance_text(trace, args.trace, base.requests))
 
     configs = [ar_baseline(base)] + [selector_config(base, n, fixed_ms, profile) for n in names]
     R = len(trace.requests) if base.requests is None else base.requests
@@ -384,8 +388,11 @@ def _progress(console, disabled: bool):
                     TextColumn("tokens"), TimeElapsedColumn(), console=console, transient=True)
 
 
-def provenance_text(trace, path) -> str:
-    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first."""
+def provenance_text(trace, path, requests: int | None = None) -> str:
+    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first.
+
+    ``requests``: the replay's ``--requests N``; fewer than the trace holds shows "N of M requests".
+    """
     import textwrap
 
     prov = trace.meta.get("provenance", {}) or {}
@@ -409,11 +416,18 @@ def provenance_text(trace, path) -> str:
     lines.append(f"trace {path}: {kind}")
     if details:
         lines += textwrap.wrap(details, width=96, initial_indent="  ", subsequent_indent="    ")
-    lines.append(f"  {len(trace.requests)} requests, {trace.num_positions:,} positions; "
+    lines.append(f"  {_requests_text(trace, requests)}; "
                  f"{g.name or 'model ?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}")
     lines.append(f"  pools: top-{shape.expand_topk} expansion, depth {shape.depth}, "
                  f"<= {shape.max_nodes} nodes, K = {shape.K}")
     return "\n".join(lines)
+
+
+def _requests_text(trace, requests: int | None) -> str:
+    M, P = len(trace.requests), trace.num_positions
+    if requests is None or requests >= M:
+        return f"{M} requests, {P:,} positions"
+    return f"{requests} of {M} requests, {int(trace.requests.output_len[:requests].sum()):,} positions"
 
 
 def format_value(key: str, fmt: str, value) -> str:
