@@ -55,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from simmoe.interrupt import acknowledge, interrupt_once
+
     try:
-        return int(args.func(args) or 0)
+        with interrupt_once():
+            return int(args.func(args) or 0)
     except HwprobeError as exc:
         print(f"hwprobe {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hwprobe {args.command}: error: no such file: {exc.filename}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        acknowledge()
         print(f"hwprobe {args.command}: interrupted", file=sys.stderr)
         return 130
 
