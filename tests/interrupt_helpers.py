@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def interrupt(argv, *, seed: int, after=(0.8, 2.0), signals=(1, 3), cwd=None, ready=None) -> dict:
     """Run ``python -m simmoe ARGV``; after a random delay send 1-3 SIGINTs at random gaps (0-0.2 s).
 
-    ``ready``: a file whose appearance starts the delay (the command has
-    begun its work), else the delay counts from the start.  Returns the exit
+    ``ready``: "workers" (the command has started worker processes) or a
+    file whose appearance starts the delay; else the delay counts from the start.  Returns the exit
     status, stderr, the seconds from the first signal to the exit, and
     whether any process of the group outlived the command.  (stderr is read after the exit: a
     command that writes more than a pipe holds before it exits would block; these write one line.)
@@ -35,7 +35,7 @@ def interrupt(argv, *, seed: int, after=(0.8, 2.0), signals=(1, 3), cwd=None, re
     waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.monotonic())), daemon=True)
     waiter.start()
     t0 = time.monotonic()
-    while ready is not None and not Path(ready).exists() and proc.poll() is None and time.monotonic() - t0 < 60:
+    while ready is not None and not _ready(ready, proc.pid) and proc.poll() is None and time.monotonic() - t0 < 60:
         time.sleep(0.02)
     time.sleep(rng.uniform(*after))
     first = time.monotonic()
@@ -61,3 +61,20 @@ def interrupt(argv, *, seed: int, after=(0.8, 2.0), signals=(1, 3), cwd=None, re
     except ProcessLookupError:
         leftover = False
     return {"rc": proc.returncode, "err": err, "seconds": seconds, "leftover": leftover}
+
+
+def _ready(ready, pid: int) -> bool:
+    if ready == "workers":
+        return bool(_children(pid))
+    return Path(ready).exists()
+
+
+def _children(pid: int) -> list[int]:
+    """Child process ids (Linux /proc)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
