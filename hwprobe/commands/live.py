@@ -159,6 +159,15 @@ def live(args, prompts, out: Path) -> str:
 
         timeline = LiveTimeline(s.device)
     geometry = moe_geometry(model, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
+    if profile is not None:    # the check simmoe replay makes: a profile's timing belongs to one model
+        from types import SimpleNamespace
+
+        from simmoe.replay.engine import check_profile_geometry
+
+        try:
+            check_profile_geometry(SimpleNamespace(geometry=geometry), profile, args.hardware)
+        except SimmoeError as exc:
+            raise HwprobeError(f"--hardware: {exc}".replace("the trace", "the model")) from None
     N = geometry.num_experts
     predictor = RoutePredictor(N, *predictor_args)
     eos = getattr(tok, "eos_token_id", None)
