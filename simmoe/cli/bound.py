@@ -126,9 +126,9 @@ def _fmt(value) -> str:
 
 
 def print_table(report: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from simmoe.cli.console import make_console
     from simmoe.theory.table5 import ROWS
 
     label = "synthetic trace" if report["synthetic"] else f"{report['provenance']} trace"
@@ -142,6 +142,7 @@ def print_table(report: dict) -> None:
     for key, text, scale in ROWS:
         value = values[key]
         table.add_row(text, _fmt(value * scale if scale != 1 else value))
-    Console().print(table)
+    console = make_console(width=None, highlight=True)
+    console.print(table)
     if report.get("note"):
-        Console().print(f"Note: {report['note']}.")
+        console.print(f"Note: {report['note']}.")

@@ -354,12 +354,9 @@ def _json_default(x):
 
 
 def _console(stderr: bool):
-    from rich.console import Console
+    from simmoe.cli.console import make_console
 
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:  # a file or a pipe: never squeeze the table
-        console = Console(stderr=stderr, highlight=False, width=200)
-    return console
+    return make_console(stderr=stderr, width=200)  # a file or a pipe: never squeeze the table
 
 
 class _NoProgress:

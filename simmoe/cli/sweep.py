@@ -250,8 +250,9 @@ SUMMARY_COLUMNS = (  # (column of the table, header, format)
 def print_summary(frame, *, limit: int = 40) -> None:
     """The sweep's rows, compactly: what varies across the grid, then the main counters."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from simmoe.cli.console import make_console
 
     axes = [c for c in ("trace", "selector", "slots", "cache", "hardware", "route_accuracy")
             if c in frame.columns and (c == "selector" or frame[c].nunique() > 1)]
@@ -268,9 +269,7 @@ def print_summary(frame, *, limit: int = 40) -> None:
             v = row.get(key)
             cells.append("–" if v is None or v != v else fmt.format(v))
         table.add_row(*cells)
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=200)
+    console = make_console(width=200)
     console.print(table)
     if len(frame) > limit:
         console.print(f"({len(frame) - limit} more rows in the table file; --show N prints more)")
