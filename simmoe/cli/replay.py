@@ -91,7 +91,8 @@ def register(sub) -> None:
         help="Replay a trace under selectors, cache and hardware profile",
         description="Replay a trace under each selector with an expert cache and print the "
         "paper's counters per selector.  Speedup is over AR without a cache on the same trace "
-        "and profile.\n\nSelectors:\n" + "\n".join(f"  {n:<14}{c.summary}" for n, c in SELECTORS.items()),
+        "and profile.\n\nSelectors:\n" + "\n".join(f"  {n:<{2 + max(map(len, SELECTORS))}}{c.summary}"
+                                                for n, c in SELECTORS.items()),
         epilog="Columns (default set; --wide adds cycles, stopped early, drafted levels, selector ms; "
                "--columns picks any):\n" + legend(tuple(COLUMNS)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -225,7 +226,7 @@ def run(args) -> int:
     rows, baseline = _rows(configs, out)
     meta = {
         "trace": str(args.trace), "synthetic": bool(trace.is_synthetic),
-        "provenance": trace.meta.get("provenance", {}), "config": base.to_dict(),
+        "provenance": trace.meta.get("provenance", {}), "config": config_dict(base, names),
         "selector_time": _selector_time_text(fixed_ms, profile, base.selector_clock),
         "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
         **({"batch": batch} if batch > 1 else {}),
@@ -325,6 +326,13 @@ def _write_outputs(args, meta, rows, results, base, synthetic: bool) -> None:
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
         write_bytes_atomic(args.cycles, buf.getvalue())
+
+
+def config_dict(base, names) -> dict:
+    """The JSON's ``config``: the shared configuration, with every selector replayed (not only the first)."""
+    d = base.to_dict()
+    del d["selector"]
+    return {"selectors": list(names), **d}
 
 
 def _options(args) -> tuple:
@@ -441,8 +449,9 @@ def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUM
     from rich import box
     from rich.table import Table
 
-    title = (f"{'SYNTHETIC trace: ' if synthetic else ''}{config.slots} slots/layer, "
-             f"{config.cache if config.slots else 'no'} cache, {config.hardware}, "
+    title = (f"{'SYNTHETIC trace: ' if synthetic else ''}"
+             + (f"{config.slots} slots/layer, {config.cache} cache, " if config.cache_active else "no cache, ")
+             + f"{config.hardware}, "
              f"{config.timing} timing"
              + (f", temperature {config.temperature:g} (sampled, seed {config.seed})" if config.temperature > 0 else "")
              + (f", route accuracy {config.route_accuracy:g}" if config.route_accuracy < 1 else "")
