@@ -149,7 +149,8 @@ def remove_stale_temps(path) -> list[Path]:
     """
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    pattern, removed = _temp_pattern(path.name), []
+    pattern = _temp_pattern(path.name)
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:

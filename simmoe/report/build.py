@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simmoe import __version__
 from simmoe.errors import SimmoeError
@@ -48,6 +49,10 @@ ROLE_TEXT = {"fit": "**fit** — used to fit the shipped traces/profiles, not a 
              "validate": "**validate** — a prediction, never fitted"}
 
 
+if TYPE_CHECKING:       # pandas is imported where a report is built, not when the CLI starts
+    import pandas as pd
+
+
 @dataclass
 class TraceReport:
     """One trace's numbers and figures."""
@@ -59,11 +64,11 @@ class TraceReport:
     provenance: str
     requests_total: int
     requests_used: int
-    replays: object                 # pandas DataFrame
+    replays: pd.DataFrame
     table5: dict
     figures: dict[str, bytes] = field(default_factory=dict)
-    regimes: object = None          # pandas DataFrame: selector × regime × batch (simmoe.report.regimes)
-    prefetch: object = None         # pandas DataFrame: the prefetch what-if (simmoe.report.prefetch)
+    regimes: pd.DataFrame | None = None    # selector × regime × batch (simmoe.report.regimes)
+    prefetch: pd.DataFrame | None = None   # the prefetch what-if (simmoe.report.prefetch)
 
 
 def _provenance(trace) -> str:

@@ -79,10 +79,9 @@ def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=None):
             ar0 = replace(ar0, selector_ms=0.0)
             allc = [ar0] + configs
             if batch == 1:
-                res = replay_all(trace, allc, profiles, workers=workers)
+                sums = [r.summary() for r in replay_all(trace, allc, profiles, workers=workers)]
             else:
-                res = replay_all_batched(trace, allc, profiles, batch, workers=workers)
-            sums = [r.summary() for r in res]
+                sums = [r.summary() for r in replay_all_batched(trace, allc, profiles, batch, workers=workers)]
             for c, s in zip(configs, sums[1:], strict=True):
                 rows.append({"trace": path, "dataset": dataset, "synthetic": bool(trace.is_synthetic),
                              "regime": regime, "hardware": prof.name, "slots": slots, "batch": batch,

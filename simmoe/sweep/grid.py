@@ -123,7 +123,7 @@ def replay_task(trace, path: str, configs: Sequence[ReplayConfig], profiles: dic
     O(plan + Σ simulate).
     """
     plans: dict = {}
-    out = []
+    out: list[tuple[ReplayConfig, dict | None, str | None]] = []
     for cfg in configs:
         try:
             res = replay(trace, cfg, profiles[cfg.hardware], plans=plans)

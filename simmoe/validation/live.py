@@ -98,7 +98,7 @@ class LiveRun:
         L = len(cyc[0]["hits"]) if cyc else 0
         per_layer = lambda k: (np.asarray([c[k] for c in cyc], np.int64).reshape(len(cyc), L)  # noqa: E731
                                if cyc else np.zeros((0, 0), np.int64))
-        cycles = {
+        cycles: dict[str, Any] = {
             "request": col("request", np.int32), "position": col("position", np.int32),
             "row": col("row", np.int64), "drafted_levels": col("drafted_levels", np.int8),
             "pool_levels": col("pool_levels", np.int8), "pool_size": col("pool_size", np.int16),
@@ -437,7 +437,7 @@ def fit_timing(runs: list[LiveRun], *, name: str = "fitted-live", base=None):
 
     if not runs:
         raise SimmoeError("no live runs to fit the timing to")
-    cols = {k: [] for k in ("n", "F", "m", "drafted", "verify", "commit", "w")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("n", "F", "m", "drafted", "verify", "commit", "w")}
     draft_rows, prefill_rows = [], []
     for run in runs:
         c = run.cycles
@@ -479,7 +479,7 @@ def fit_timing(runs: list[LiveRun], *, name: str = "fitted-live", base=None):
     cpu = meta.get("timer", "wall-clock") == "wall-clock"
     if base is None and meta.get("selection_profile"):
         base = profile_from_dict(meta["selection_profile"])
-    fitted = dict(
+    fitted: dict[str, Any] = dict(
         name=name, source=f"measured by hwprobe on {meta.get('device', '?')} (event model fitted to live cycles)",
         description=f"{meta.get('model', '?')} on {meta.get('device', '?')}: event model fitted to "
                     f"{len(y)} live cycles of {len(runs)} run(s)",
@@ -527,7 +527,7 @@ def profile_from_dict(d: dict):
     from simmoe.hardware.profile import HardwareProfile, validate
 
     names = {f.name: f for f in dataclasses.fields(HardwareProfile)}
-    kw = {}
+    kw: dict[str, Any] = {}
     for k, v in d.items():
         if k not in names or k == "path":
             continue
