@@ -23,6 +23,8 @@ def test_ctrl_c_of_a_pooled_replay(tmp_path, seed):
     assert r["rc"] == 130, r
     # "simmoe: interrupted" while the command line still loads
     assert r["err"].strip().splitlines() in (["simmoe replay: interrupted"], ["simmoe: interrupted"]), r["err"]
-    assert r["seconds"] <= 1.0, r         # from the first signal to the exit
+    # from the first signal to the exit: <= 1 s measured (benchmarks/bench_interrupt.py); 1.5 s leaves room for
+    # a loaded machine, far from the 7-9 s a pool shutdown waited for its running tasks
+    assert r["seconds"] <= 1.5, r
     assert not r["leftover"]
     assert not (tmp_path / "tl.json").exists()

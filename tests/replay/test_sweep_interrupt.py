@@ -19,7 +19,7 @@ def test_ctrl_c_keeps_finished_rows_and_a_rerun_completes_the_same_table(tmp_pat
     trace = str(ROOT / "traces" / "gsm8k.parquet")
     out = tmp_path / "s.csv"
     r = interrupt(["sweep", trace, "-o", str(out), *ARGS], seed=1, after=(1.0, 2.0), ready="workers")
-    assert r["rc"] == 130 and r["seconds"] <= 1.0 and not r["leftover"], r
+    assert r["rc"] == 130 and r["seconds"] <= 1.5 and not r["leftover"], r
     lines = r["err"].strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("simmoe sweep: interrupted; "), lines
     kept = len(pd.read_csv(out))               # AR's tasks run first: some rows are done within a second

@@ -18,7 +18,7 @@ def test_ctrl_c_of_a_report(tmp_path, seed):
     argv = ["report", "--quick", "--out", str(out), "--workers", "2", "--quiet",
             "--traces", str(ROOT / "traces" / "gsm8k.parquet"), str(ROOT / "traces" / "cnndm.parquet")]
     r = interrupt(argv, seed=seed, after=(0.2, 3.0), ready="workers")
-    assert r["rc"] == 130 and r["seconds"] <= 1.0 and not r["leftover"], r
+    assert r["rc"] == 130 and r["seconds"] <= 1.5 and not r["leftover"], r
     assert r["err"].strip().splitlines() == ["simmoe report: interrupted"], r["err"]
     assert [p.name for p in tmp_path.iterdir()] == ["rep"]                  # no staging folder left
     assert [p.name for p in out.iterdir()] == ["index.md"]
