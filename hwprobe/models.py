@@ -84,6 +84,9 @@ def tiny_dir(kind: str) -> Path:
 def resolve_model_dir(spec: str, kind: str = "target") -> Path:
     """``tiny`` or a directory path → a checked model directory."""
     path = tiny_dir(kind) if spec == "tiny" else Path(spec)
+    if path.is_file():
+        raise HwprobeError(f"{str(path)!r} is a file; give a model directory (a folder with config.json "
+                           "and weights), or 'tiny'")
     if not path.is_dir():
         hint = " (the embedded tiny model has not been trained yet)" if spec == "tiny" else ""
         raise HwprobeError(f"model directory {str(path)!r} does not exist{hint}")

@@ -100,7 +100,7 @@ def register(sub) -> None:
         description="Replay a trace under each selector with an expert cache and print the "
         "paper's counters per selector.  Speedup is over AR without a cache on the same trace "
         "and profile.\n\nSelectors (registered; an installed plugin's name or module:Name also works):\n"
-        + "\n".join(f"  {n:<17} {getattr(c, 'summary', '')}" for n, c in SELECTORS.items()),
+        + "\n".join(f"  {n:<{2 + max(map(len, SELECTORS))}}{getattr(c, 'summary', '')}" for n, c in SELECTORS.items()),
         epilog="Columns (default set; --wide adds cycles, stopped early, drafted levels, selector ms; "
                "--columns picks any):\n" + legend(tuple(COLUMNS)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -114,8 +114,9 @@ def register(sub) -> None:
     p.add_argument("--cache", default="lru", metavar="POLICY",
                    help=f"expert cache policy: {plugins.known('cache')}, an installed plugin's name or "
                         "module:Name (default lru; ignored when experts are resident)")
-    p.add_argument("--hardware", default=DEFAULT_PROFILE,
-                   help=f"hardware profile name or path (default {DEFAULT_PROFILE})")
+    p.add_argument("--hardware", default=None,
+                   help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
+                        "the physical profile of the trace's model on the same GPU and link, said in one line)")
     p.add_argument("--route-accuracy", type=float, default=1.0, metavar="A",
                    help="accuracy of the simulated route predictor the selectors see "
                         "(SpecFit §4.6); 1 = exact routes (default)")
@@ -165,12 +166,13 @@ def run(args) -> int:
     st = _setup(args)
     configs = [ar_baseline(st.base)] + [selector_config(st.base, n, st.fixed_ms, st.profile) for n in st.names]
     console = _console(stderr=True)
-    (console if st.to_stdout else _console(stderr=False)).print(provenance_text(st.trace, args.trace))
+    (console if st.to_stdout else _console(stderr=False)).print(provenance_text(st.trace, args.trace,
+                                                                               st.base.requests))
     out = _replay_all(st, configs, args, console)
     rows, baseline = _rows(configs, out)
     meta = {
         "trace": str(args.trace), "synthetic": bool(st.trace.is_synthetic),
-        "provenance": st.trace.meta.get("provenance", {}), "config": st.base.to_dict(),
+        "provenance": st.trace.meta.get("provenance", {}), "config": config_dict(st.base, st.names),
         "regime": "resident" if st.profile.resident else "offload",
         "selector_time": _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock),
         "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
@@ -209,6 +211,8 @@ def _setup(args) -> _Setup:
     """Every check before any work: names, numbers, output paths, profile, trace, the setting's meaning."""
     import os
 
+    from simmoe.cli.checks import check_replay_args
+    from simmoe.cli.defaults import follow_trace
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.config import ReplayConfig, check_batch, check_profile_geometry
     from simmoe.replay.engine import check_setting
@@ -227,12 +231,14 @@ def _setup(args) -> _Setup:
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
-    check_outputs(args.json, args.csv, args.cycles)
+    check_replay_args(args)  # the seed and every output path, before any work
     check_batch(args.batch, args.batch)
-    profile = load_profile(args.hardware)
+    profile = load_profile(args.hardware) if args.hardware is not None else None
     trace = read_trace(args.trace)
     check_replay_temperature(trace, temperature, args.trace)
-    check_profile_geometry(trace, profile, args.hardware)
+    profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
+                                                                                  file=sys.stderr))
+    check_profile_geometry(trace, profile, base.hardware)
     if base.requests is not None and base.requests > len(trace.requests):
         raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
                           f"request{'s' if len(trace.requests) != 1 else ''}")
@@ -369,6 +375,13 @@ def _write_outputs(args, meta, rows, results, base, synthetic: bool) -> None:
         write_bytes_atomic(args.cycles, buf.getvalue())
 
 
+def config_dict(base, names) -> dict:
+    """The JSON's ``config``: the shared configuration, with every selector replayed (not only the first)."""
+    d = base.to_dict()
+    del d["selector"]
+    return {"selectors": list(names), **d}
+
+
 def _options(args) -> tuple:
     ddd, rho = float(args.ddd_threshold), float(args.coverage_rho)
     if not 0.0 <= ddd <= 1.0:
@@ -377,24 +390,6 @@ def _options(args) -> tuple:
     if not 0.0 < rho <= 1.0:
         raise SimmoeError(f"--coverage-rho {args.coverage_rho}: the coverage rho must be a fraction in (0, 1]")
     return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho}.items()))
-
-
-def check_outputs(json_out, csv_out, cycles_out) -> None:
-    """Refuse, before any work, outputs that cannot be written or would be mixed on stdout."""
-    from pathlib import Path
-
-    if cycles_out == "-":
-        raise SimmoeError("--cycles needs a file name (parquet), not '-'")
-    if json_out == "-" and csv_out == "-":
-        raise SimmoeError("--json - and --csv - would interleave on stdout: send one to a file")
-    for flag, path in (("--json", json_out), ("--csv", csv_out), ("--cycles", cycles_out)):
-        if not path or path == "-":
-            continue
-        if Path(path).is_dir():
-            raise SimmoeError(f"{flag} {path}: is a folder; give a file name")
-        parent = Path(path).resolve().parent
-        if not parent.is_dir():
-            raise SimmoeError(f"{flag} {path}: folder {parent} does not exist")
 
 
 def widen_for(console, table) -> None:
@@ -414,12 +409,9 @@ def _json_default(x):
 
 
 def _console(stderr: bool):
-    from rich.console import Console
+    from simmoe.cli.console import make_console
 
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:  # a file or a pipe: never squeeze the table
-        console = Console(stderr=stderr, highlight=False, width=200)
-    return console
+    return make_console(stderr=stderr, width=200)  # a file or a pipe: never squeeze the table
 
 
 class _NoProgress:
@@ -448,8 +440,11 @@ def _progress(console, disabled: bool):
                     TextColumn("tokens"), TimeElapsedColumn(), console=console, transient=True)
 
 
-def provenance_text(trace, path) -> str:
-    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first."""
+def provenance_text(trace, path, requests: int | None = None) -> str:
+    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first.
+
+    ``requests``: the replay's ``--requests N``; fewer than the trace holds shows "N of M requests".
+    """
     import textwrap
 
     prov = trace.meta.get("provenance", {}) or {}
@@ -473,11 +468,18 @@ def provenance_text(trace, path) -> str:
     lines.append(f"trace {path}: {kind}")
     if details:
         lines += textwrap.wrap(details, width=96, initial_indent="  ", subsequent_indent="    ")
-    lines.append(f"  {len(trace.requests)} requests, {trace.num_positions:,} positions; "
+    lines.append(f"  {_requests_text(trace, requests)}; "
                  f"{g.name or 'model ?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}")
     lines.append(f"  pools: top-{shape.expand_topk} expansion, depth {shape.depth}, "
                  f"<= {shape.max_nodes} nodes, K = {shape.K}")
     return "\n".join(lines)
+
+
+def _requests_text(trace, requests: int | None) -> str:
+    M, P = len(trace.requests), trace.num_positions
+    if requests is None or requests >= M:
+        return f"{M} requests, {P:,} positions"
+    return f"{requests} of {M} requests, {int(trace.requests.output_len[:requests].sum()):,} positions"
 
 
 def format_value(key: str, fmt: str, value) -> str:

@@ -307,6 +307,8 @@ def list_profiles() -> list[str]:
 def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
     """A shipped profile by name, or a ``.toml`` file by path.  ProfileError names what is wrong."""
     text = str(name_or_path)
+    if not text.strip():        # Path("") is ".", which would be refused as a folder
+        raise ProfileError(f"empty hardware profile name; shipped: {', '.join(list_profiles())}")
     if "@" in text and not text.endswith(".toml"):
         return build_profile(text)
     path = Path(text)

@@ -84,7 +84,7 @@ class ReplayConfig:
         if isinstance(self.batch, bool) or int(self.batch) != self.batch or self.batch < 1:
             raise SimmoeError(f"--batch {self.batch}: the batch size must be an integer >= 1")
         if isinstance(self.seed, bool) or int(self.seed) != self.seed or self.seed < 0:
-            raise SimmoeError(f"--seed {self.seed}: the seed must be an integer >= 0")
+            raise SimmoeError(f"--seed {self.seed}: must be a non-negative integer")
         from simmoe.trace.sampling import check_temperature_value
 
         check_temperature_value(self.temperature, "temperature")

@@ -40,8 +40,11 @@ def applies(trace) -> bool:
     return (g.num_layers, g.num_experts, g.top_k) == (48, 128, 8)
 
 
-def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=BATCHES):
-    """One row per (regime, batch, selector): a pandas DataFrame (empty when the table does not apply)."""
+def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=None):
+    """One row per (regime, batch, selector): a pandas DataFrame (empty when the table does not apply).
+
+    ``batches`` None: ``settings.batches`` (:data:`BATCHES`, fewer with ``--quick``).
+    """
     import pandas as pd
 
     from simmoe.hardware.profile import load_profile
@@ -52,6 +55,7 @@ def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=BATCHES
 
     if not applies(trace):
         return pd.DataFrame()
+    batches = settings.batches if batches is None else batches
     dataset = dataset_of(trace, path)
     base = load_profile(settings.hardware)
     resident = load_profile(RESIDENT)

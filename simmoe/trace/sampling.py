@@ -96,8 +96,9 @@ def check_replay_temperature(trace, temperature: float, path=None) -> None:
                           "generate it with `simmoe synth --temperature T`")
     have = float(s["temperature"])
     if abs(have - t) > 1e-9 * max(1.0, have):
+        greedy_text = s.get("text") != "sampled"     # a sampled text replays at its own temperature only
         raise SimmoeError(f"{where}target distributions were recorded at temperature {have:g}; "
-                          f"replay it at --temperature {have:g} or 0")
+                          f"replay it at --temperature {have:g}" + (" or 0" if greedy_text else ""))
 
 
 def check_sampling(trace, path=None) -> None:
