@@ -27,6 +27,7 @@ from simmoe.atomicio import write_bytes_atomic, write_text_atomic
 from simmoe.errors import SimmoeError
 from simmoe.replay.engine import ReplayConfig, ar_baseline, plan_key, replay
 from simmoe.replay.metrics import COUNTERS, speedup
+from simmoe.replay.results import RESIDENT_COUNTERS
 from simmoe.replay.selectors import SELECTORS
 
 
@@ -166,7 +167,9 @@ def _row(path, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
            "route_accuracy": cfg.route_accuracy, "timing": cfg.timing, "seed": cfg.seed,
            "selector_ms_fixed": cfg.selector_ms, "selector_clock": cfg.selector_clock,
            "requests_limit": cfg.requests}
-    row.update({k: summary[k] for k in COUNTERS})
+    # a resident profile has no cache: no H2D or hit rate (NaN), the experts read from HBM instead
+    row.update({k: summary.get(k, float("nan")) for k in COUNTERS})
+    row.update({k: summary[k] for k in RESIDENT_COUNTERS if k in summary})
     row["lambda_star"] = lambda_star
     return row
 
