@@ -71,3 +71,45 @@ def test_the_residency_reading_selector_runs_with_every_setting_it_accepts(batch
                           trace.requests.output_len)
     assert (res.steps["requests"] <= batch).all() and res.summary()["batch"] == batch
     assert c["prefetched"].sum() == c["useful"].sum() + c["wasted"].sum()
+
+
+RESIDENT = load_profile("a100-sxm-resident").replace(num_layers=0)
+
+
+@pytest.mark.parametrize("batch, prefetch, cache", list(itertools.product((1, 3), ("none", "draft", "next-layer"),
+                                                                          ("lru", "belady", "none"))))
+@settings(max_examples=3, deadline=None)
+@given(seed=st.integers(0, 10_000), selector=st.sampled_from(["eagle3", "specfit", "oracle"]))
+def test_sampled_verification_composes_with_batch_prefetch_and_cache(batch, prefetch, cache, seed, selector):
+    from sampling_factories import sampled_trace
+
+    trace = sampled_trace(seed, num_requests=4, output_len=(2, 8), pool_nodes=6)
+    cfg = ReplayConfig(selector=selector, cache=cache, slots=0 if cache == "none" else 3, batch=batch,
+                       prefetch=prefetch, selector_ms=0.5, seed=seed, temperature=1.0)
+    res = replay(trace, cfg, PROFILE)
+    sched = plan(trace, cfg, PROFILE)
+    assert np.array_equal(np.bincount(res.cycles["request"], weights=res.cycles["committed"], minlength=4),
+                          trace.requests.output_len)
+    assert np.array_equal(res.cycles["accepted"], sched.cycles["accepted"])   # the draws do not see the cache
+    if prefetch != "none":
+        assert res.cycles["prefetched"].sum() == res.cycles["useful"].sum() + res.cycles["wasted"].sum()
+
+
+@pytest.mark.parametrize("batch, temperature", [(1, 0.0), (3, 0.0), (1, 1.0), (3, 1.0)])
+@pytest.mark.parametrize("timing", ["event", "simpy", "closed"])
+def test_the_resident_regime_composes_with_batch_temperature_and_timing(batch, temperature, timing):
+    from sampling_factories import sampled_trace
+
+    trace = sampled_trace(7 + batch, num_requests=4, output_len=(2, 8), pool_nodes=6)
+    for selector in ("ar", "eagle3", "evict"):      # the fitted resident profile prices with EVICT's C(k) only
+        cfg = ReplayConfig(selector=selector, batch=batch, temperature=temperature, timing=timing, selector_ms=0.5)
+        res = replay(trace, cfg, RESIDENT)
+        s = res.summary()
+        assert res.regime == "resident" and "h2d_per_token" not in s and "hit_rate" not in s
+        # every expert a forward demands is read from HBM: the reads are the forwards' unions, prefill included
+        sched = plan(trace, cfg, RESIDENT)
+        union = sum(int(sched.demand_of(t).sum()) for t in range(sched.num_steps))
+        prefill = sum(int(np.asarray(trace.requests.prefill_union[r]).sum()) for r in range(4))
+        assert s["expert_reads_per_token"] == pytest.approx((union + prefill) / trace.num_positions)
+        assert np.array_equal(np.bincount(res.cycles["request"], weights=res.cycles["committed"], minlength=4),
+                              trace.requests.output_len)
