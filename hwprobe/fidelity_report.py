@@ -222,7 +222,7 @@ def t1_report(results, runs, *, sampling=None, plain=None, profile=None) -> str:
     lines += [
         "",
         "Mat holds by construction: the replay draws each output position's token with the uniform of the "
-        "recording's seed (`simmoe.replay.sampling.uniforms`, the numbers the live loop draws with), so on a "
+        "recording's seed (`simmoe.trace.verdicts.uniforms`, the numbers the live loop draws with), so on a "
         "trace recorded with the live run's seed it follows the recorded text and accepts in every cycle what "
         "the live run accepted (`docs/replay.md`). A Mat error of 0 checks that both apply the same rule to "
         "the same draws; it is not a prediction of acceptance (how Mat changes with temperature is predicted, "

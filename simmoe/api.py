@@ -110,6 +110,17 @@ class PoolView:
         """Deepest level of the pool (0 for an empty pool)."""
         return int(self.levels.max()) if len(self.levels) else 0
 
+    def probability_order(self) -> IntArray:
+        """Node ids by decreasing path probability; ties by level, then id.
+
+        Since p never grows along a path, every prefix of this order is
+        ancestor-closed (a child ties its parent at most, and the level breaks
+        the tie): the top-k rules (EAGLE-3's K nodes, EVICT's prefix, EVICT
+        Eq. 10) verify its prefixes.  O(n log n).
+        """
+        n = self.size
+        return np.lexsort((np.arange(n), self.levels, -self.p.astype(np.float64)))
+
     def pool(self) -> Any:
         """The :class:`solvers.Pool` of this view (built once, on first use)."""
         if self._pool is None:

@@ -98,7 +98,7 @@ def _fit_probes(args, base, name):
 
 
 def _fit_trace(args, base, name):
-    from simmoe.hardware.costfit import TIMING_PARAMS, copy_bounds, fit_timing, replay_simulator, table3_targets
+    from simmoe.fitting.timing_fit import TIMING_PARAMS, copy_bounds, fit_timing, replay_simulator, table3_targets
     from simmoe.trace.io import read_trace
 
     free = [f.strip() for f in args.free.split(",") if f.strip()]

@@ -23,7 +23,7 @@ built) costs per drafted level ``draft_step_ms`` plus the same roofline over
 ``width`` tokens per request.
 
 Few numbers are fitted, and only to what ``shared/design/CALIBRATION.md``
-allows (:mod:`simmoe.hardware.physfit`, ``physical_fit.toml``): η, the
+allows (:mod:`simmoe.fitting.physical_fit`, ``physical_fit.toml``): η, the
 achieved fraction of peak HBM bandwidth, and ``forward_ms`` to EVICT Table 4's
 C(k) on QA; ``step_ms``, the serving loop's overhead per decode step, to each
 model's vanilla tokens/s on QA; ``spec_iteration_ms``, the time a served
@@ -232,11 +232,11 @@ def fit_file() -> Path:
 
 
 def load_settings(path: str | Path | None = None) -> dict[str, dict]:
-    """The fitted settings of ``physical_fit.toml`` (written by ``python -m simmoe.hardware.physfit``)."""
+    """The fitted settings of ``physical_fit.toml`` (written by ``python -m simmoe.fitting.physical_fit``)."""
     p = Path(path) if path is not None else fit_file()
     if not p.is_file():
         if path is None and os.environ.get(FIT_ENV):
-            raise ProfileError(f"{FIT_ENV}={p}: no such file (write one with python -m simmoe.hardware.physfit)")
+            raise ProfileError(f"{FIT_ENV}={p}: no such file (write one with python -m simmoe.fitting.physical_fit)")
         return {}
     with open(p, "rb") as fh:
         return tomllib.load(fh).get("settings", {})

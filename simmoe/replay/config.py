@@ -44,7 +44,7 @@ class ReplayConfig:
     seed: int = 0
     requests: int | None = None
     options: tuple[tuple[str, float], ...] = ()
-    # 0: greedy verification; T > 0: sampled verification (simmoe.replay.sampling), its draws keyed by
+    # 0: greedy verification; T > 0: sampled verification (simmoe.trace.verdicts), its draws keyed by
     # ``sampling_seed`` (None: ``seed``; hwprobe runs record theirs apart from the route seed)
     temperature: float = 0.0
     sampling_seed: int | None = None

@@ -48,20 +48,9 @@ DEFAULT_SELECTORS = ("ar", "eagle3", "evict", "specfit", "oracle")
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def probability_order(view: PoolView) -> np.ndarray:
-    """Node ids by decreasing path probability; ties by level, then id.
-
-    Since p never grows along a path, every prefix of this order is
-    ancestor-closed (a child ties its parent at most, and the level breaks
-    the tie).  O(n log n).
-    """
-    n = view.size
-    return np.lexsort((np.arange(n), view.levels, -view.p.astype(np.float64)))
-
-
 def top_k(view: PoolView, k: int, nodes: np.ndarray | None = None) -> np.ndarray:
     """The ``k`` nodes of highest path probability (within ``nodes`` if given), ascending."""
-    order = probability_order(view)
+    order = view.probability_order()
     if nodes is not None:
         keep = np.zeros(view.size, dtype=bool)
         keep[nodes] = True
@@ -169,7 +158,7 @@ class Evict(Selector):
         n = min(view.size, len(self.C))
         if n == 0:
             return Choice(_EMPTY, view.depth)
-        order = probability_order(view)[:n]
+        order = view.probability_order()[:n]
         gain = 1.0 + np.cumsum(view.p[order].astype(np.float64))
         k = int(np.argmax(gain / self.C[:n])) + 1  # first maximum: the smaller prefix
         return Choice(np.sort(order[:k]), view.depth)
@@ -227,7 +216,7 @@ class Coverage(Selector):
         K = self.budget(view)
         if K == 0:
             return Choice(_EMPTY, view.depth)
-        order = probability_order(view)[:K]
+        order = view.probability_order()[:K]
         mass = np.cumsum(view.p[order].astype(np.float64))
         # tiny slack so that rho = 1 reaches S_K despite rounding
         k = int(np.searchsorted(mass, self.rho * mass[-1] * (1 - 1e-12), side="left")) + 1

@@ -3,7 +3,7 @@
 Greedy (temperature 0): a node is accepted when the target's greedy token
 equals it — the trace's recorded agreement; lossless, the committed text is
 the target's own.  Sampled (temperature T > 0): the target's draws at T
-decide (EVICT §2.1 Eq. 3; :mod:`simmoe.replay.sampling`), seeded per request
+decide (EVICT §2.1 Eq. 3; :mod:`simmoe.trace.verdicts`), seeded per request
 and position, lossless in distribution.  Either way the verdicts are one bool
 per pool node, and the accepted path is the longest root-to-node path inside
 the verified subtree whose nodes all agree (SpecFit §2).
@@ -19,8 +19,8 @@ from simmoe.replay.paths import accepted_length, longest_agreeing_prefix  # noqa
 
 def verdicts_for(trace, temperature: float, seed: int) -> np.ndarray:
     """The verdict per pool node: greedy agreement at T = 0, the target's seeded draws at T > 0."""
-    from simmoe.replay.sampling import sampled_agree
     from simmoe.trace.sampling import check_replay_temperature
+    from simmoe.trace.verdicts import sampled_agree
 
     check_replay_temperature(trace, temperature)
     return sampled_agree(trace, float(temperature), seed)

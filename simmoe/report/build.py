@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from simmoe import __version__
 from simmoe.errors import SimmoeError
+from simmoe.published import PUBLISHED
 from simmoe.report import figures, tables
 from simmoe.report.experiments import (
     ReportSettings,
@@ -41,7 +42,6 @@ from simmoe.report.experiments import (
     search_ms,
     table5_row,
 )
-from simmoe.report.published import PUBLISHED
 
 STEPS = 7   # per trace: reading, replays, Table 5, check slice, regimes, prefetch what-if, figures
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simmoe.errors import SimmoeError
+from simmoe.published import PUBLISHED
 from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
 from simmoe.replay.metrics import COUNTERS, speedup
 from simmoe.replay.selectors import SELECTORS
-from simmoe.report.published import PUBLISHED
 from simmoe.report.whatif import LINKS, bandwidth_profile
 from simmoe.trace.schema import Trace
 from simmoe.trace.subset import head_requests

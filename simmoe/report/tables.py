@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from simmoe.report.published import PUBLISHED
+from simmoe.published import PUBLISHED
 
 NAMES = {"ar": "AR", "eagle3": "EAGLE-3", "specfit": "SpecFit"}
 SPEC = PUBLISHED["specfit"]

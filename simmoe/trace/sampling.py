@@ -27,7 +27,7 @@ rejecting a set R of siblings is p(·)/(1 − Σ_R p), so the rule needs the
 children's p only — no mass of tokens outside the pool.  That rule picks
 child c with probability exactly p(c) whatever S and the order of trying:
 it is the same as drawing y ~ p(· | path) once and accepting y when it is a
-verified child (:mod:`simmoe.replay.sampling`).  Drawing y by the inverse
+verified child (:mod:`simmoe.trace.verdicts`).  Drawing y by the inverse
 CDF in vocabulary order with a uniform keyed by (seed, request, output
 position) needs, per node, exactly the interval above; with the recording's
 seed those draws reproduce the recorded text (``hwprobe`` samples it so).

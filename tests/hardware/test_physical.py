@@ -144,8 +144,8 @@ def test_fitted_settings_are_in_bounds_and_name_what_they_were_fitted_to():
 
 def test_vanilla_qa_is_reproduced_where_it_was_fitted():
     """step_ms + the one-token forward = 1000 / vanilla tok/s (unless the fit had to clip step_ms at 0)."""
-    from simmoe.hardware.physfit import vanilla_qa
-    from simmoe.report.published import PUBLISHED
+    from simmoe.fitting.physical_fit import vanilla_qa
+    from simmoe.published import PUBLISHED
 
     s = load_settings()["sglang-a100"]
     for key in ("qwen3-30b-a3b", "ling-flash-2.0", "qwen3-235b-a22b"):
@@ -164,8 +164,8 @@ def test_bad_overheads_are_refused():
 
 
 @pytest.mark.slow
-def test_physfit_reproduces_the_shipped_fit(tmp_path):
-    from simmoe.hardware.physfit import main
+def test_physical_fit_reproduces_the_shipped_fit(tmp_path):
+    from simmoe.fitting.physical_fit import main
     from simmoe.hardware.physical import FIT_FILE
 
     out = tmp_path / "fit.toml"
@@ -225,8 +225,8 @@ def test_a_missing_or_bad_what_if_fit_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound():
     """Table 4's slope needs more than the A100's peak at BF16; at FP8 width η lands inside its bounds."""
-    from simmoe.hardware.physfit import fit_ck
-    from simmoe.report.published import PUBLISHED
+    from simmoe.fitting.physical_fit import fit_ck
+    from simmoe.published import PUBLISHED
 
     bf16, fp8 = fit_ck(PUBLISHED, lambda s: None), fit_ck(PUBLISHED, lambda s: None, "fp8")
     assert bf16["at_bound"] and not fp8["at_bound"]
@@ -264,7 +264,7 @@ def test_evicts_ck_leaves_the_term_out_and_specfits_b_k_hold_it():
 
 @pytest.fixture(scope="module")
 def qa_small():
-    from simmoe.hardware.physfit import qa_workload
+    from simmoe.fitting.physical_fit import qa_workload
 
     return qa_workload(requests=2)
 
@@ -319,9 +319,9 @@ def test_the_shipped_settings_carry_one_term_and_name_it():
 @pytest.mark.slow
 def test_the_shipped_term_gives_table1s_eagle3_qa_row():
     """The one fitted speculative figure: EAGLE-3 on QA at temperature 0, 152.8 tokens/s (EVICT Table 1)."""
-    from simmoe.hardware.physfit import eagle3_qa, qa_workload, replay_eagle3
+    from simmoe.fitting.physical_fit import eagle3_qa, qa_workload, replay_eagle3
     from simmoe.hardware.physical import overheads_for
-    from simmoe.report.published import PUBLISHED
+    from simmoe.published import PUBLISHED
 
     o, _ = overheads_for("sglang-a100", "qwen3-30b-a3b")
     s = replay_eagle3(qa_workload(), o).summary()

@@ -18,7 +18,7 @@ from scipy import stats
 
 from simmoe.errors import SimmoeError
 from simmoe.replay.engine import ReplayConfig, plan, replay
-from simmoe.replay.sampling import (
+from simmoe.trace.verdicts import (
     exact_accept_distribution,
     expected_accepted,
     inverse_cdf,

@@ -80,9 +80,9 @@ def is_spec_fit(model: str, method: str, temperature: int) -> bool:
     """Whether (model, method, temperature) on QA is the one speculative tokens/s row that is fitted.
 
     Table 1's EAGLE-3 on QA at temperature 0 for Qwen3-30B-A3B: the setting's
-    ``spec_iteration_ms`` (``fit_in_evict_tables``; :func:`simmoe.hardware.physfit.fit_spec_iteration`).
+    ``spec_iteration_ms`` (``fit_in_evict_tables``; :func:`simmoe.fitting.physical_fit.fit_spec_iteration`).
     """
-    from simmoe.hardware.physfit import SPEC_MODEL
+    from simmoe.fitting.physical_fit import SPEC_MODEL
 
     return model == SPEC_MODEL and method == "eagle3" and temperature == 0
 
@@ -179,7 +179,7 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
 
 def _table4_rows(pub: dict, traces: dict[str, dict]) -> list[Row]:
     """Table 4's C(k) on QA beside the fitted cost model (fit set), read from physical_fit.toml's fit."""
-    from simmoe.hardware.physfit import fit_ck
+    from simmoe.fitting.physical_fit import fit_ck
     from simmoe.hardware.physical import load_settings
 
     fig = "evict.table4_step_latency_ms"

@@ -18,7 +18,7 @@ EAGLE-3 Mat).  What may be fitted per CALIBRATION.md's EVICT section
   non-decreasing and interpolated); Hunyuan-7B has no published Mat and
   replays the presets (a prediction);
 * vanilla tokens/s on QA per model and Table 6's vanilla QA row: the cost
-  model's ``step_ms`` (``physical_fit.toml``, :mod:`simmoe.hardware.physfit`).
+  model's ``step_ms`` (``physical_fit.toml``, :mod:`simmoe.fitting.physical_fit`).
 
 * at temperature 1, vanilla tokens/s on QA per model again (setting
   ``sglang-a100-t1``); nothing else: the batch-1 traces of the three models
@@ -149,7 +149,7 @@ def mat_fitted(model: str, bench: str) -> str | None:
 def _params(model: str, bench: str, position: float | None):
     from simmoe.hardware.catalogue import load_model, with_model
     from simmoe.synth import preset
-    from simmoe.validation.published.settings import EVICT_POOL
+    from simmoe.synth.evict_presets import EVICT_POOL
 
     pr = preset(bench)
     params, fitted = with_model(pr.params, pr.fitted_to, load_model(model), bench)

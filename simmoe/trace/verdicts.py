@@ -1,4 +1,11 @@
-"""Sampled tree verification (temperature > 0), lossless in distribution.
+"""Sampled tree verification (temperature > 0), lossless in distribution: the verdicts a trace implies.
+
+The verdict of every pool node is computed from what the trace records (the
+target's distribution at each node, :mod:`simmoe.trace.sampling`) and a seed
+alone, so it sits with the trace: the replay's verification stage
+(:mod:`simmoe.replay.verification`), the synthetic presets' fit of Mat at
+temperature 1 (:mod:`simmoe.synth.evict_presets`) and ``hwprobe``'s live
+sampling draw with the same numbers.
 
 **The rule** (EVICT §2.1, Eq. 3; EAGLE-2/3's ``evaluate_posterior``, which
 is multi-draft speculative sampling with the proposal of each tried child a

@@ -1,6 +1,6 @@
 """Fit the physical cost model's overhead terms to the figures CALIBRATION.md allows, and nothing else.
 
-``python -m simmoe.hardware.physfit --out simmoe/hardware/data/physical_fit.toml``
+``python -m simmoe.fitting.physical_fit --out simmoe/hardware/data/physical_fit.toml``
 writes the fitted settings the profiles ``MODEL@GPU[...]`` read
 (:mod:`simmoe.hardware.physical`).  What is fitted, to what:
 
@@ -102,7 +102,7 @@ def evict_traces(model_key: str, requests: int | None = UNION_REQUESTS, seed: in
     """EVICT-shaped synthetic traces (GSM8K and CNN/DM presets) with ``model_key``'s geometry."""
     from simmoe.hardware.catalogue import load_model, with_model
     from simmoe.synth import generate, preset
-    from simmoe.validation.published.settings import EVICT_POOL
+    from simmoe.synth.evict_presets import EVICT_POOL
 
     spec = load_model(model_key)
     out = []
@@ -245,7 +245,7 @@ def qa_workload(requests: int = SPEC_REQUESTS, seed: int = 0):
     """
     from simmoe.hardware.catalogue import load_model, with_model
     from simmoe.synth import generate, preset
-    from simmoe.validation.published.settings import EVICT_POOL
+    from simmoe.synth.evict_presets import EVICT_POOL
 
     pr = preset("qa")
     params, fitted = with_model(pr.params, pr.fitted_to, load_model(SPEC_MODEL), "qa")
@@ -297,7 +297,7 @@ def fit_spec_iteration(pub: dict, eta: float, fwd: float, step: float, log,
 
 
 def run_fit(log: Callable[[str], None] = lambda s: None, served_dtype: str | None = None) -> dict:
-    from simmoe.report.published import PUBLISHED
+    from simmoe.published import PUBLISHED
 
     ck = fit_ck(PUBLISHED, log, served_dtype)
     eta, fwd = ck["efficiency"], ck["forward_ms"]
@@ -333,7 +333,7 @@ def to_toml(fit: dict) -> str:
                "# the checkpoints' own dtypes.  Use it with SIMMOE_PHYSICAL_FIT=<this file>.", "#"] if dt else []
     lines = what_if + [
         "# Fitted terms of the physical cost model (simmoe.hardware.physical).  Written by",
-        "#   python -m simmoe.hardware.physfit "
+        "#   python -m simmoe.fitting.physical_fit "
         + (f"--served-dtype {dt} --out FILE" if dt else "--out simmoe/hardware/data/physical_fit.toml"),
         "# from seeded synthetic traces: do not edit by hand.  Fitted only to what",
         "# shared/design/CALIBRATION.md allows: EVICT Table 4's C(k) on QA, each model's vanilla",
@@ -437,7 +437,7 @@ def _step_lines(steps: dict, when: str = "") -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simmoe.hardware.physfit", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m simmoe.fitting.physical_fit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="TOML file to write (simmoe/hardware/data/physical_fit.toml)")
     ap.add_argument("--served-dtype", choices=SERVED_DTYPES, default=None,
                     help="what-if: read every model's weights at this width instead of the checkpoint's "
@@ -448,7 +448,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     if not out.parent.is_dir():
-        print(f"physfit: error: no such folder {out.parent}", file=sys.stderr)
+        print(f"physical_fit: error: no such folder {out.parent}", file=sys.stderr)
         return 2
     fit = run_fit(log=(lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr)),
                   served_dtype=args.served_dtype)
