@@ -357,18 +357,23 @@ class CopyEngine:
         self.window = None
 
     # -- one layer ahead ------------------------------------------------------------
-    def prefetch_layer(self, j: int, experts: list, release: float, deadline: float) -> None:
+    def prefetch_layer(self, j: int, experts: list, release: float, deadline: float,
+                       busy: np.ndarray | None = None) -> None:
         """Layer ``j``'s experts, queued at ``release`` (the router of layer j − 1), started until ``deadline``.
 
         The same rules as a drafting window, for one layer: the experts not
         available now, without repeats, up to the layer's free capacity, start
-        on the lanes (after the demand copies already there).
+        on the lanes (after the demand copies already there).  Under one
+        budget across layers a prefetch may displace an expert of another
+        layer, but never one the running forward demands (``busy`` [L, N]).
         """
         cache = self.cache
+        protected = None
         if cache is not None:
             room = self.slots - int(self.pf_count[j])
             if self.budget is not None:
-                room = min(room, int(self.budget_room()))
+                protected = self.pf_unused | (busy & cache.resident) if busy is not None else self.pf_unused
+                room = min(room, self.budget - int(np.count_nonzero(protected)))
             avail = (cache.resident[j] | self.staged[j]).tolist()
         else:
             room = self.staging - int(self.pf_count[j])
@@ -401,7 +406,7 @@ class CopyEngine:
         n = len(started)
         arr = np.asarray(started, dtype=np.int64)
         if cache is not None:
-            cache.insert_layer(j, arr, self.pf_unused if self.budget is not None else self.pf_unused[j])
+            cache.insert_layer(j, arr, protected if protected is not None else self.pf_unused[j])
         else:
             self.staged[j, arr] = True
             self.staged_count[j] += n

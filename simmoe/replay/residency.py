@@ -331,13 +331,13 @@ class OffloadedExperts:
                 nxt = list(layers[layer + 1])
                 if self.serial:    # layer + 1's copies run after this layer, before its attention
                     before = eng.counts["prefetched"]
-                    eng.prefetch_layer(layer + 1, nxt, t, math.inf)
+                    eng.prefetch_layer(layer + 1, nxt, t, math.inf, busy=demand)
                     if eng.counts["prefetched"] > before:
                         block = eng.link_free_at() - t
                         rel[-1] += block
                         t += block
                 else:
-                    eng.prefetch_layer(layer + 1, nxt, T, t + a)
+                    eng.prefetch_layer(layer + 1, nxt, T, t + a, busy=demand)
         done = np.asarray(rel, dtype=np.float64)
         if j == L:
             return nonexpert + float(np.sum(done)) if not self.random else float(np.sum(a + done))
