@@ -39,7 +39,6 @@ import numpy as np
 from simmoe.api import CacheShape, ForwardEvent
 from simmoe.errors import SimmoeError
 
-
 # the last model trained, for replays of one trace that differ only in cache size or selector
 _TRAINED: dict = {}
 

@@ -8,7 +8,7 @@ layers.  docs/caches.md gives each definition with its source, and the
 reading taken where a source leaves it open.
 
 * ``least-stale`` — SpecMD (Hoang et al., arXiv 2602.03921): evict the expert
-  whose next use, predicted from its own reuse intervals, is furthest away.
+  longest absent as counted in its own (exponentially weighted) reuse interval.
 * ``lfru`` — recency × frequency (vLLM RFC #38256's LFRU, in the reference
   implementation of vLLM PR #37190): keep the largest f / age, f the uses
   since the expert entered the cache, age the accesses of its layer since its
@@ -32,14 +32,16 @@ from simmoe.api import CacheShape, ForwardEvent
 
 
 class LeastStale:
-    """SpecMD's Least-Stale: keep the experts whose predicted next use comes soonest.
+    """SpecMD's Least-Stale: keep the experts that are least stale for their own reuse pattern.
 
-    Per (layer, expert): ``last`` (the forward of its last use) and an
+    Per (layer, expert): ``last`` (the forward of its last demand) and an
     exponentially weighted reuse interval ``ī`` (the first interval seeds
-    it, then ī ← (1 − α)·ī + α·Δ with α = 0.25).  The predicted next use is
-    ``last + max(ī, 1)`` (an expert seen once is predicted back next
-    forward); the score is its negative.  A prefetched expert counts as used
-    when it lands (its interval is not updated).
+    it, then ī ← (1 − α)·ī + α·Δ with α = 0.25).  After forward t an expert's
+    staleness is (t − last) / max(ī, 1): its absence counted in its own reuse
+    intervals (an expert not yet reused counts forwards, as LRU does).  The
+    score is minus the staleness; the most stale expert goes first.  A
+    prefetched expert counts as used when it lands (its interval is not
+    updated).
     """
 
     name: ClassVar[str] = "least-stale"
@@ -64,10 +66,11 @@ class LeastStale:
         self._t += 1
 
     def inserted(self, pairs: np.ndarray) -> None:
-        self._last.reshape(-1)[pairs] = float(self._t)
+        self._last.reshape(-1)[pairs] = float(self._t - 1)
 
     def scores(self) -> np.ndarray:
-        return -(self._last + np.maximum(self._interval, 1.0))
+        now = float(self._t - 1)
+        return -(now - self._last) / np.maximum(self._interval, 1.0)
 
 
 class LFRU:

@@ -59,12 +59,14 @@ class RefLRU:
 
 
 class RefLeastStale:
-    """Predicted next use = last + max(EWMA reuse interval, 1); keep the soonest."""
+    """Staleness = (now - last) / max(EWMA reuse interval, 1); keep the least stale."""
 
     def __init__(self):
         self.last, self.interval = {}, {}
+        self.now = -1
 
     def observe(self, t, demand, hits):
+        self.now = t
         for c in demand:
             if c in self.last:
                 gap = t - self.last[c]
@@ -72,7 +74,7 @@ class RefLeastStale:
             self.last[c] = t
 
     def score(self, L, N):
-        return {(layer, e): -(self.last.get((layer, e), -1.0) + max(self.interval.get((layer, e), 0.0), 1.0))
+        return {(layer, e): -(self.now - self.last.get((layer, e), -1.0)) / max(self.interval.get((layer, e), 0.0), 1.0)
                 for layer in range(L) for e in range(N)}
 
 
