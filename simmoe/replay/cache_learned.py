@@ -134,7 +134,7 @@ class Learned:
         picks, cells = [], []
         for d in seq:
             track.observe(d)
-            seen = np.flatnonzero(track.last.reshape(-1) >= 0)
+            seen = track.seen()
             pick = seen[rng.integers(0, len(seen), size=self.rows_per_forward)] if len(seen) else seen
             picks.append(pick)
             cells.append(track.cells(pick))
@@ -169,44 +169,57 @@ class Learned:
 
 
 class _Features:
-    """Incremental features of every (layer, expert): recency, window count, count bucket."""
+    """Incremental features of every (layer, expert): recency, window count, count bucket.
+
+    ``cells`` / ``lookup`` index the feature grid [recency, window, bucket, layer]
+    row-major; the bucket and layer part of the index is kept up to date for
+    the demanded experts only.
+    """
 
     def __init__(self, L: int, N: int, window: int, recency_cap: int, buckets: int):
         self.L, self.N, self.W, self.R, self.B = L, N, window, recency_cap, buckets
-        self.last = np.full((L, N), -1, dtype=np.int64)
+        self.last = np.full((L, N), -(recency_cap + 2), dtype=np.int64)     # never used: recency capped
         self.count = np.zeros((L, N), dtype=np.int64)
         self.recent = np.zeros((L, N), dtype=np.int64)
         self.ring = np.zeros((window, L, N), dtype=bool)
         self.t = 0
         self.layer = np.repeat(np.arange(L, dtype=np.int64)[:, None], N, axis=1)
+        self._bl = self.layer.copy()                 # bucket·L + layer
+        self._strides = ((window + 1) * buckets * L, buckets * L)
 
     def observe(self, demand: np.ndarray) -> None:
         slot = self.t % self.W
         self.recent -= self.ring[slot]
         self.ring[slot] = demand
         self.recent += demand
-        self.count += demand
-        self.last[demand] = self.t
+        idx = np.flatnonzero(demand)
+        count = self.count.reshape(-1)
+        count[idx] += 1
+        bucket = np.minimum(np.floor(np.log2(1.0 + count[idx])).astype(np.int64), self.B - 1)
+        self._bl.reshape(-1)[idx] = bucket * self.L + self.layer.reshape(-1)[idx]
+        self.last.reshape(-1)[idx] = self.t
         self.t += 1
+
+    def seen(self) -> np.ndarray:
+        return np.flatnonzero(self.count.reshape(-1) > 0)
 
     def touch(self, pairs: np.ndarray) -> None:
         """A prefetched expert counts as just used (no demand counted)."""
         self.last.reshape(-1)[pairs] = self.t - 1
 
-    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rec = np.where(self.last >= 0, np.minimum(self.t - 1 - self.last, self.R), self.R)
-        bucket = np.minimum(np.floor(np.log2(1.0 + self.count)).astype(np.int64), self.B - 1)
-        return rec, self.recent, bucket
+    def _index(self) -> np.ndarray:
+        idx = np.minimum(self.t - 1 - self.last, self.R)
+        idx *= self._strides[0]
+        idx += self.recent * self._strides[1]
+        idx += self._bl
+        return idx
 
     def cells(self, flat: np.ndarray) -> np.ndarray:
         """Each expert's cell in the feature grid (recency, window count, count bucket, layer), row-major."""
-        rec, win, bucket = self._columns()
-        r, w, b = rec.reshape(-1)[flat], win.reshape(-1)[flat], bucket.reshape(-1)[flat]
-        return ((r * (self.W + 1) + w) * self.B + b) * self.L + self.layer.reshape(-1)[flat]
+        return self._index().reshape(-1)[flat]
 
     def lookup(self, table: np.ndarray) -> np.ndarray:
-        rec, win, bucket = self._columns()
-        return table[rec, win, bucket, self.layer]
+        return table.reshape(-1).take(self._index())
 
 
 def training_demands(trace: Any, ids: tuple[int, ...], L: int, N: int) -> list[np.ndarray]:

@@ -54,15 +54,16 @@ class LeastStale:
         self._t = 0
 
     def observe(self, event: ForwardEvent) -> None:
-        d = event.demand
         t = float(self._t)
-        seen = d & (self._last >= 0)
-        gap = t - self._last
-        first = seen & (self._interval == 0)
-        again = seen & ~first
-        self._interval = np.where(first, gap, self._interval)
-        self._interval = np.where(again, (1.0 - self.alpha) * self._interval + self.alpha * gap, self._interval)
-        self._last = np.where(d, t, self._last)
+        idx = np.flatnonzero(event.demand)            # only the demanded experts change
+        last = self._last.reshape(-1)
+        ival = self._interval.reshape(-1)
+        prev, cur = last[idx], ival[idx]
+        gap = t - prev
+        seen = prev >= 0
+        ival[idx] = np.where(seen & (cur == 0), gap,
+                             np.where(seen, (1.0 - self.alpha) * cur + self.alpha * gap, cur))
+        last[idx] = t
         self._t += 1
 
     def inserted(self, pairs: np.ndarray) -> None:
@@ -93,14 +94,20 @@ class LFRU:
         self.num_experts = N
 
     def observe(self, event: ForwardEvent) -> None:
-        hits, miss = event.hits, event.demand & ~event.hits
-        # access order within a layer: hits, then misses, each ascending: stamp = clock + rank
-        h_rank = np.cumsum(hits, axis=1)
-        m_rank = np.cumsum(miss, axis=1) + hits.sum(axis=1, keepdims=True)
-        base = self._clock[:, None]
-        self._last = np.where(hits, base + h_rank, np.where(miss, base + m_rank, self._last))
-        self._freq = np.where(miss, 1.0, self._freq + hits)
-        self._clock += event.demand.sum(axis=1)
+        N = self.num_experts
+        idx = np.flatnonzero(event.demand)            # by layer, then id
+        hit = event.hits.reshape(-1)[idx]
+        layer = idx // N
+        # access order within a layer: its hits, then its misses, each in ascending id
+        order = np.argsort(2 * layer + ~hit, kind="stable")
+        idx, hit, layer = idx[order], hit[order], layer[order]
+        per = np.bincount(layer, minlength=len(self._clock))
+        start = np.cumsum(per) - per
+        rank = np.arange(len(idx)) - start[layer] + 1
+        self._last.reshape(-1)[idx] = self._clock[layer] + rank
+        freq = self._freq.reshape(-1)
+        freq[idx] = np.where(hit, freq[idx] + 1.0, 1.0)
+        self._clock += per
 
     def inserted(self, pairs: np.ndarray) -> None:
         N = self.num_experts
@@ -111,8 +118,9 @@ class LFRU:
             self._freq[layer, e] = 1.0
 
     def scores(self) -> np.ndarray:
-        age = self._clock[:, None] - self._last + 1.0
-        return self._freq / age
+        age = self._clock[:, None] - self._last
+        age += 1.0
+        return np.divide(self._freq, age, out=age)
 
 
 class EAM:
@@ -147,23 +155,29 @@ class EAM:
         return (x / s if s > 0 else np.full(x.shape, 1.0 / x.size)) + self.eps
 
     def observe(self, event: ForwardEvent) -> None:
+        idx = np.flatnonzero(event.demand)            # only the demanded experts change
         for r in event.requests:
             m = self._eam.get(r)
             if m is None:
                 m = self._eam[r] = np.zeros(self._shape)
-            m += event.demand
+            m.reshape(-1)[idx] += 1.0
         self._current = tuple(event.requests)
-        miss = event.demand & ~event.hits
-        self._visits = np.where(miss, 1.0, self._visits + event.hits)
+        visits = self._visits.reshape(-1)
+        visits[idx] = np.where(event.hits.reshape(-1)[idx], visits[idx] + 1.0, 1.0)
 
     def inserted(self, pairs: np.ndarray) -> None:
         self._visits.reshape(-1)[pairs] = 0.0       # cached, not yet accessed
 
     def scores(self) -> np.ndarray:
         L, N = self._shape
-        act = np.zeros((L, N))
-        for r in self._current:
-            act += self._eam[r]
+        mats = [self._eam[r] for r in self._current]
+        act = mats[0] if len(mats) == 1 else np.sum(mats, axis=0) if mats else np.zeros((L, N))
         rows = act.sum(axis=1, keepdims=True)
-        act = np.where(rows > 0, act / np.where(rows > 0, rows, 1.0), 1.0 / N)
-        return self._norm(act) * self._norm(self._visits) * self._layer
+        if rows.min() > 0:
+            act = act / rows
+        else:
+            act = np.where(rows > 0, act / np.where(rows > 0, rows, 1.0), 1.0 / N)
+        out = self._norm(act)
+        out *= self._norm(self._visits)
+        out *= self._layer
+        return out

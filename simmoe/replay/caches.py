@@ -186,13 +186,12 @@ class ExpertCache:
         np.logical_or(self.resident, demand, out=self.resident)
         self._count += misses
         scores = self._scores()
-        if scores.dtype.kind == "f":
+        if scores.dtype.kind == "f" and scores.min(initial=0.0) == -np.inf:     # some expert is never kept
             never = scores == -np.inf
-            if never.any():
-                dropped = self.resident & never
-                if dropped.any():
-                    self.resident &= ~never
-                    self._count -= dropped.sum(axis=1)
+            dropped = self.resident & never
+            if dropped.any():
+                self.resident &= ~never
+                self._count -= dropped.sum(axis=1)
         if self.budget is not None:
             if int(self._count.sum()) > self._E:
                 self._keep_global(scores, None)
@@ -259,16 +258,28 @@ class ExpertCache:
         masked = np.where(candidates, key, low)
         cut = self.num_experts - self.slots
         threshold = np.partition(masked, cut, axis=1)[:, cut]
+        unique = self._unique and (forced is None or not forced.any())
+        if not unique and masked.dtype == np.float64:
+            return self._ties(candidates, masked, threshold[:, None])
         kept = candidates & (masked >= threshold[:, None])
-        if self._unique and (forced is None or not forced.any()):
+        if unique:
             return kept
         over = np.flatnonzero(kept.sum(axis=1) > self.slots)
-        for r in over:                              # ties at the threshold: smaller id first
-            ids = np.flatnonzero(candidates[r])
-            order = np.lexsort((ids, -masked[r, ids].astype(np.float64)))
-            kept[r] = False
-            kept[r, ids[order[:self.slots]]] = True
+        if len(over):   # integer keys compared as float64, as a per-row sort by (-key, id) would
+            sub = masked[over].astype(np.float64)
+            kept[over] = self._ties(candidates[over], sub, np.partition(sub, cut, axis=1)[:, cut][:, None])
         return kept
+
+    def _ties(self, cand: np.ndarray, key: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Per row, every candidate above the row's threshold (its slots-th largest key), then the first
+        (smallest-id) candidates equal to it, up to the slots: ties at the threshold to the smaller id."""
+        above = cand & (key > thr)
+        at = cand & (key == thr)
+        need = self.slots - above.sum(axis=1, keepdims=True)
+        tied = np.flatnonzero(at.sum(axis=1) > need[:, 0])      # more equal to the threshold than room
+        if len(tied):
+            at[tied] &= np.cumsum(at[tied], axis=1) <= need[tied]
+        return above | at
 
 
 class NoCache(ExpertCache):

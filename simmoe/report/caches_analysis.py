@@ -64,6 +64,10 @@ def budget_gain(df, policy: str | None = None) -> float:
     return float(np.median(100 * (piv["budget"] - piv["slots"])))
 
 
+def _join(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def decides(df) -> list[str]:
     """The section's bullet lines, each computed from the rows."""
     win = winners(df)
@@ -77,7 +81,7 @@ def decides(df) -> list[str]:
     most = [f for f in order if sens[f] == sens[order[0]]]
     lines.append("What changes the winner: among settings that differ in one factor only, the winner changes for "
                  + "; ".join(f"{FACTOR_NAMES[f]} in {sens[f]:.0%} of pairs" for f in order)
-                 + (f" — {' and '.join(FACTOR_NAMES[f] for f in most)} decide{'s' if len(most) == 1 else ''} most."
+                 + (f" — {_join([FACTOR_NAMES[f] for f in most])} decide{'s' if len(most) == 1 else ''} most."
                     if sens[order[0]] > 0 else " — no single factor changes it."))
     for trace in dict.fromkeys(df["trace"]):
         sub = df[df["trace"] == trace]
