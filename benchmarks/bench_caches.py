@@ -90,6 +90,7 @@ def render(rows, rows60, train, plan_s, plan60_s, args, n_req) -> str:
         return "\n".join(lines)
 
     worst = max(max(r[2] for r in rows.values()), rows60["learned"][2])
+    whole = max(max(r[3] for r in rows.values()), rows60["learned"][3])
     tw = statistics.median(t[0] for t in train)
     tc = statistics.median(t[1] for t in train)
     return "\n".join([
@@ -108,8 +109,10 @@ def render(rows, rows60, train, plan_s, plan60_s, args, n_req) -> str:
         f"Median over {len(train)} runs: {tw:.1f} s wall, {tc:.1f} s CPU (LightGBM on one thread; the "
         "feature pass and the grid evaluation included).", "",
         "## Goals", "",
-        f"- each new policy ≤ {RATIO_GOAL}× LRU's replay time: worst CPU ratio {worst:.2f} "
-        f"({'met' if worst <= RATIO_GOAL else 'NOT met'});",
+        f"- each new policy ≤ {RATIO_GOAL}× LRU's replay time: the whole replay (selection pass + residency "
+        f"and timing), worst ratio {whole:.2f} ({'met' if whole <= RATIO_GOAL else 'NOT met'}); the residency "
+        f"and timing stages alone, worst CPU ratio {worst:.2f} ({'met' if worst <= RATIO_GOAL else 'NOT met'}: "
+        "the papers' scores are floats with ties, so the keep rule cannot take LRU's one-partition path);",
         f"- training on 20 requests ≤ {TRAIN_GOAL_S:.0f} s: {tw:.1f} s wall "
         f"({'met' if tw <= TRAIN_GOAL_S else 'NOT met'}).", ""])
 
