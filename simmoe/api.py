@@ -248,6 +248,9 @@ class CachePolicy(Protocol):
     Policies are built with no arguments; :meth:`reset` is called once before
     the replay (the cache starts empty, SpecFit App. B).  Optional class
     attribute ``needs_future`` (False): the policy reads ``shape.future``.
+    Optional classmethod ``check(shape)``: called before any work with the
+    replay's shape (no ``future``); it raises :class:`simmoe.errors.SimmoeError`
+    to refuse a replay it cannot serve (one line, exit 2).
     Scores must be an array [L, N] of integers or floats; the engine never
     writes to it.
     """

@@ -114,6 +114,11 @@ def register(sub) -> None:
     p.add_argument("--cache", default="lru", metavar="POLICY",
                    help=f"expert cache policy: {plugins.known('cache')}, an installed plugin's name or "
                         "module:Name (default lru; ignored when experts are resident)")
+    p.add_argument("--cache-experts", type=int, default=None, metavar="E",
+                   help="one cache budget of E experts across all layers, spread as the policy ranks them "
+                        "(instead of --slots per layer; docs/caches.md)")
+    p.add_argument("--cache-mib", type=float, default=None, metavar="M",
+                   help="the same budget in MiB of expert weights (M MiB / the trace's bytes per expert)")
     p.add_argument("--hardware", default=None,
                    help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
                         "the physical profile of the trace's model on the same GPU and link, said in one line)")
@@ -227,7 +232,7 @@ def _setup(args) -> _Setup:
                         route_accuracy=args.route_accuracy, selector_ms=fixed_ms if fixed_ms != "model" else None,
                         selector_clock=args.selector_clock, timing=args.timing, seed=args.seed,
                         requests=args.requests, options=_options(args), temperature=temperature,
-                        batch=args.batch, prefetch=args.prefetch).validate()
+                        batch=args.batch, prefetch=args.prefetch, cache_budget=args.cache_experts).validate()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
@@ -239,6 +244,9 @@ def _setup(args) -> _Setup:
     profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
                                                                                   file=sys.stderr))
     check_profile_geometry(trace, profile, base.hardware)
+    from simmoe.replay.config import budget_experts
+
+    base = replace(base, cache_budget=budget_experts(args.cache_experts, args.cache_mib, trace)).validate()
     if base.requests is not None and base.requests > len(trace.requests):
         raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
                           f"request{'s' if len(trace.requests) != 1 else ''}")
@@ -503,6 +511,8 @@ def setting_text(config, resident: bool, batch: int) -> str:
     """The stages a replay ran with, in words: residency, hardware, timing, verification, batch."""
     if resident:
         where = "resident experts (no cache)"
+    elif config.cache_active and config.cache_budget is not None:
+        where = f"{config.cache_budget} experts across layers, {config.cache} cache"
     elif config.cache_active:
         where = f"{config.slots} slots/layer, {config.cache} cache"
     else:

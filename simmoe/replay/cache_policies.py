@@ -18,7 +18,12 @@ needs no tie-break.
 * ``static`` — the ``slots`` most popular experts per layer (popularity
   counted over the replay's demand, ties to the smaller id) are pinned:
   loaded at their first demand and kept; every other expert is copied each
-  forward it is needed and never kept.
+  forward it is needed and never kept.  Under one budget across layers, the
+  ``budget`` most popular experts of the model, ties to the smaller (layer, id).
+
+Under one budget across layers every policy's scores are compared across
+layers by the same keep rule; ``belady`` stays the offline optimum there
+(docs/caches.md states the argument).
 """
 
 from __future__ import annotations
@@ -181,11 +186,16 @@ class Static:
             raise SimmoeError(f"static cache popularity must be [{L}, {N}], got {list(pop.shape)}")
         if not np.isfinite(pop).all():
             raise SimmoeError("static cache popularity must be finite")
-        s = min(max(int(shape.slots), 0), N)
-        # most popular first, ties to the smaller id (stable sort of -pop)
-        order = np.argsort(-pop, axis=1, kind="stable")[:, :s]
         pinned = np.zeros((L, N), dtype=bool)
-        np.put_along_axis(pinned, order, True, axis=1)
+        if shape.budget is not None:
+            # one budget: the most popular experts of the whole model, ties to the smaller (layer, id)
+            top = np.argsort(-pop.reshape(-1), kind="stable")[:min(max(int(shape.budget), 0), L * N)]
+            pinned.reshape(-1)[top] = True
+        else:
+            s = min(max(int(shape.slots), 0), N)
+            # most popular first, ties to the smaller id (stable sort of -pop)
+            order = np.argsort(-pop, axis=1, kind="stable")[:, :s]
+            np.put_along_axis(pinned, order, True, axis=1)
         self.pinned = pinned
         self._scores = np.where(pinned, 0.0, -np.inf)
 

@@ -22,6 +22,12 @@ simmoe's own; plugins are found by name, :mod:`simmoe.replay.plugins`):
   :meth:`ExpertCache.insert_layer`) become resident and displace the
   lowest-scored experts that are not unused prefetches themselves.
 
+With one ``budget`` of E experts across all layers (``--cache-experts`` /
+``--cache-mib``) instead of ``slots`` per layer, the same rules hold over the
+whole model: after each forward the E candidates of largest score are kept,
+ties to the smaller (layer, id), and a prefetch displaces the lowest-scored
+expert of any layer (docs/caches.md).
+
 ``none`` (or ``slots == 0``) is no cache at all: every demanded expert is a
 miss (:class:`NoCache`).
 
@@ -53,19 +59,24 @@ class ExpertCache:
 
     def __init__(self, num_layers: int, num_experts: int, slots: int, policy: Any = None, *,
                  future: Sequence[np.ndarray] | None = None, seed: int = 0, trace: Any = None,
-                 requests: tuple[int, ...] = ()):
+                 requests: tuple[int, ...] = (), budget: int | None = None):
         if num_layers <= 0 or num_experts <= 0:
             raise SimmoeError(f"cache needs num_layers > 0 and num_experts > 0, got {num_layers}, {num_experts}")
         if slots < 0:
             raise SimmoeError(f"cache slots must be >= 0, got {slots}")
+        if budget is not None and int(budget) < 0:
+            raise SimmoeError(f"cache budget must be >= 0 experts, got {budget}")
         self.num_layers = int(num_layers)
         self.num_experts = int(num_experts)
-        self.slots = min(int(slots), self.num_experts)
+        # one budget across layers: any layer may hold up to all its experts, the total at most `budget`
+        self.budget: int | None = None if budget is None else min(int(budget), self.num_layers * self.num_experts)
+        self._E = self.budget if self.budget is not None else 0
+        self.slots: int = min(int(slots) if budget is None else self._E, self.num_experts)
         self.policy = policy
         self.name = getattr(policy, "name", "none")
         self._unique = bool(getattr(policy, "unique_scores", False))
         self._inserted = getattr(policy, "inserted", None)
-        self._shape = CacheShape(self.num_layers, self.num_experts, self.slots,
+        self._shape = CacheShape(self.num_layers, self.num_experts, self.slots, budget=self.budget,
                                  future=future, seed=seed, trace=trace, requests=requests)
         self.reset()
 
@@ -98,6 +109,7 @@ class ExpertCache:
             raise SimmoeError(f"demand must be bool [{self.num_layers}, {self.num_experts}], "
                               f"got {demand.dtype} {list(demand.shape)}")
         hit_mask = demand & self.resident
+        self.last_hits = hit_mask            # what the forward found resident (for observers)
         hits = hit_mask.sum(axis=1)
         misses = demand.sum(axis=1) - hits
         self._update(demand, hit_mask, misses, kind, requests, positions)
@@ -111,12 +123,21 @@ class ExpertCache:
 
         In a full layer each displaces the lowest-scored resident expert
         outside ``protected`` [L, N] (unused prefetches) and outside the new
-        ones.  The caller guarantees protected + new ≤ slots per layer.
+        ones.  The caller guarantees protected + new ≤ slots per layer (under
+        a budget: ≤ budget in all, and the lowest-scored expert of any layer goes).
         """
         if self._inserted is not None:
             self._inserted(pairs)
         self.resident.reshape(-1)[pairs] = True
         self._count += per_layer
+        if self.budget is not None:
+            if int(self._count.sum()) > self._E:
+                new = np.zeros(self.num_layers * self.num_experts, dtype=bool)
+                new[pairs] = True
+                self._keep_global(self._scores(), protected.reshape(-1) | new)
+                if not self.resident.reshape(-1)[pairs].all():
+                    raise CheckFailed("prefetch: the cache budget has no expert left to evict")
+            return
         if self._count.max(initial=0) <= self.slots:
             return
         over = np.flatnonzero(self._count > self.slots)
@@ -132,9 +153,13 @@ class ExpertCache:
         """:meth:`insert_many` for ``experts`` (ids, in order) of one ``layer``, ``protected`` [N].
 
         Next-layer prefetch inserts one layer at a time, on its hot path: this
-        ranks that layer's candidates only.
+        ranks that layer's candidates only (under a budget, every layer's, and
+        ``protected`` must then be the whole [L, N] matrix).
         """
         n = len(experts)
+        if self.budget is not None:
+            self._insert_layer_global(layer, np.asarray(experts, dtype=np.int64), protected)
+            return
         evict = max(0, int(self._count[layer]) + n - self.slots)
         if evict:
             cand = np.flatnonzero(self.resident[layer] & ~protected)
@@ -161,17 +186,60 @@ class ExpertCache:
         np.logical_or(self.resident, demand, out=self.resident)
         self._count += misses
         scores = self.policy.scores() if self._unique else self._scores()   # simmoe's own: shape known
-        if scores.dtype.kind == "f":
+        if scores.dtype.kind == "f" and scores.min(initial=0.0) == -np.inf:     # some expert is never kept
             never = scores == -np.inf
-            if never.any():
-                dropped = self.resident & never
-                if dropped.any():
-                    self.resident &= ~never
-                    self._count -= dropped.sum(axis=1)
+            dropped = self.resident & never
+            if dropped.any():
+                self.resident &= ~never
+                self._count -= dropped.sum(axis=1)
+        if self.budget is not None:
+            if int(self._count.sum()) > self._E:
+                self._keep_global(scores, None)
+            return
         if self._count.max(initial=0) > self.slots:
             # every layer at once: a layer within its slots keeps everything (its threshold is the lowest key)
             self.resident = self._keep(self.resident, scores, None)
             np.minimum(self._count, self.slots, out=self._count)
+
+    def _keep_global(self, scores: np.ndarray, forced: np.ndarray | None) -> None:
+        """Under one budget: keep the ``budget`` resident experts of largest score (``forced`` [L·N] first).
+
+        Ties go to the smaller flat index ``layer·N + id``, i.e. the smaller (layer, id).
+        """
+        flat = self.resident.reshape(-1)
+        cand = np.flatnonzero(flat)
+        if len(cand) <= self._E:
+            return
+        key = scores.reshape(-1)[cand]
+        top = np.inf if key.dtype.kind == "f" else _HIGHEST
+        if key.dtype.kind != "f":
+            key = key.astype(np.int64, copy=False)
+        if forced is not None:
+            key = np.where(forced[cand], top, key)
+        order = np.lexsort((-cand, key))          # ascending score, then descending index: drop the head
+        drop = cand[order[:len(cand) - self._E]]
+        flat[drop] = False
+        self._count -= np.bincount(drop // self.num_experts, minlength=self.num_layers)
+
+    def _insert_layer_global(self, layer: int, experts: np.ndarray, protected: np.ndarray) -> None:
+        """:meth:`insert_layer` under one budget: evict the lowest-scored experts of any layer."""
+        n = len(experts)
+        N = self.num_experts
+        evict = max(0, int(self._count.sum()) + n - self._E)
+        if evict:
+            cand = np.flatnonzero(self.resident.reshape(-1) & ~protected.reshape(-1))
+            if len(cand) < evict:
+                raise CheckFailed("prefetch: the cache budget has no expert left to evict")
+            key = self._scores().reshape(-1)[cand]
+            if key.dtype.kind != "f":
+                key = key.astype(np.int64, copy=False)
+            out = cand[np.lexsort((-cand, key))[:evict]]     # lowest score first, ties: the larger index
+            self.resident.reshape(-1)[out] = False
+            self._count -= np.bincount(out // N, minlength=self.num_layers)
+        if self._inserted is not None:
+            self._inserted(layer * N + experts)
+        self._count[layer] += n
+        self.resident[layer, experts] = True
 
     def _keep(self, candidates: np.ndarray, key: np.ndarray, forced: np.ndarray | None) -> np.ndarray:
         """Per row, the ``slots`` candidates of largest ``key`` (``forced`` ones first).
@@ -190,16 +258,28 @@ class ExpertCache:
         masked = np.where(candidates, key, low)
         cut = self.num_experts - self.slots
         threshold = np.partition(masked, cut, axis=1)[:, cut]
+        unique = self._unique and (forced is None or not forced.any())
+        if not unique and masked.dtype == np.float64:
+            return self._ties(candidates, masked, threshold[:, None])
         kept = candidates & (masked >= threshold[:, None])
-        if self._unique and (forced is None or not forced.any()):
+        if unique:
             return kept
         over = np.flatnonzero(kept.sum(axis=1) > self.slots)
-        for r in over:                              # ties at the threshold: smaller id first
-            ids = np.flatnonzero(candidates[r])
-            order = np.lexsort((ids, -masked[r, ids].astype(np.float64)))
-            kept[r] = False
-            kept[r, ids[order[:self.slots]]] = True
+        if len(over):   # integer keys compared as float64, as a per-row sort by (-key, id) would
+            sub = masked[over].astype(np.float64)
+            kept[over] = self._ties(candidates[over], sub, np.partition(sub, cut, axis=1)[:, cut][:, None])
         return kept
+
+    def _ties(self, cand: np.ndarray, key: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Per row, every candidate above the row's threshold (its slots-th largest key), then the first
+        (smallest-id) candidates equal to it, up to the slots: ties at the threshold to the smaller id."""
+        above = cand & (key > thr)
+        at = cand & (key == thr)
+        need = self.slots - above.sum(axis=1, keepdims=True)
+        tied = np.flatnonzero(at.sum(axis=1) > need[:, 0])      # more equal to the threshold than room
+        if len(tied):
+            at[tied] &= np.cumsum(at[tied], axis=1) <= need[tied]
+        return above | at
 
 
 class NoCache(ExpertCache):
@@ -229,8 +309,12 @@ def builtin_policy(name: str, popularity: np.ndarray | None = None):
 
 def make_cache(policy: Any, num_layers: int, num_experts: int, slots: int, *,
                future: Sequence[np.ndarray] | None = None, popularity: np.ndarray | None = None,
-               seed: int = 0, trace: Any = None, requests: tuple[int, ...] = ()) -> ExpertCache:
+               seed: int = 0, trace: Any = None, requests: tuple[int, ...] = (),
+               budget: int | None = None) -> ExpertCache:
     """Build a cache.  ``slots == 0`` means no cache (policy ``none``) whatever ``policy`` says.
+
+    ``budget``: when not None, one budget of experts across all layers instead
+    of ``slots`` per layer (``budget == 0``: no cache).
 
     ``policy``: a name of simmoe's own policies or a :class:`simmoe.api.CachePolicy`
     instance.  ``belady`` needs ``future`` (the sequence of demand matrices the
@@ -241,11 +325,14 @@ def make_cache(policy: Any, num_layers: int, num_experts: int, slots: int, *,
         raise SimmoeError(f"unknown cache policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if slots is None or int(slots) < 0:
         raise SimmoeError(f"cache slots must be >= 0, got {slots}")
-    if policy == "none" or policy is None or int(slots) == 0:
+    if budget is not None and int(budget) < 0:
+        raise SimmoeError(f"cache budget must be >= 0 experts, got {budget}")
+    size = int(slots) if budget is None else int(budget)
+    if policy == "none" or policy is None or size == 0:
         return NoCache(num_layers, num_experts)
     if isinstance(policy, str):
         if policy == "static" and popularity is None and future is None:
             raise SimmoeError("cache policy 'static' needs expert popularity [L, N]")
         policy = builtin_policy(policy, popularity)
     return ExpertCache(num_layers, num_experts, slots, policy, future=future, seed=seed, trace=trace,
-                       requests=requests)
+                       requests=requests, budget=budget)

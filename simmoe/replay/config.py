@@ -22,7 +22,8 @@ class ReplayConfig:
     requests), ``temperature`` (verification: greedy at 0, sampled above),
     ``cache`` / ``slots`` / ``prefetch`` (expert residency: a cache policy, a
     prefetch policy and the copy engine; the profile decides whether experts
-    are resident instead), ``timing`` (event, simpy or closed; physical
+    are resident instead; ``cache_budget``, when not None, is one budget of
+    experts across all layers in place of ``slots`` per layer), ``timing`` (event, simpy or closed; physical
     profiles time with their physical model), ``hardware`` (the profile).
     ``selector``, ``cache`` and ``prefetch`` are registered names or
     ``module:Name`` (:mod:`simmoe.replay.plugins`).
@@ -50,6 +51,9 @@ class ReplayConfig:
     sampling_seed: int | None = None
     batch: int = 1
     prefetch: str = "none"
+    # one budget of experts across layers (--cache-experts / --cache-mib) instead of `slots` per layer;
+    # a residency setting: it never enters plan_key
+    cache_budget: int | None = None
 
     @property
     def draw_seed(self) -> int:
@@ -59,7 +63,8 @@ class ReplayConfig:
     @property
     def cache_active(self) -> bool:
         """Whether an expert cache keeps experts between forwards."""
-        return self.slots > 0 and self.cache != "none"
+        size = self.slots if self.cache_budget is None else self.cache_budget
+        return size > 0 and self.cache != "none"
 
     def validate(self) -> ReplayConfig:
         from simmoe.replay import plugins
@@ -67,6 +72,9 @@ class ReplayConfig:
         plugins.load("selector", self.selector)
         if isinstance(self.slots, bool) or int(self.slots) != self.slots or self.slots < 0:
             raise SimmoeError(f"slots must be a non-negative integer, got {self.slots!r}")
+        b = self.cache_budget
+        if b is not None and (isinstance(b, bool) or int(b) != b or b < 0):
+            raise SimmoeError(f"--cache-experts {b!r}: the cache budget must be a non-negative number of experts")
         if self.cache != "none":
             plugins.load("cache", self.cache)
         if self.prefetch != "none":
@@ -114,7 +122,8 @@ def plan_key(config: ReplayConfig) -> tuple:
 
 def ar_baseline(config: ReplayConfig) -> ReplayConfig:
     """The reference of every speedup: AR without a cache or prefetch, same trace, profile and batch."""
-    return replace(config, selector="ar", slots=0, cache="none", selector_ms=None, prefetch="none")
+    return replace(config, selector="ar", slots=0, cache="none", selector_ms=None, prefetch="none",
+                   cache_budget=None)
 
 
 def check_batch(batch, requests: int) -> int:
@@ -144,6 +153,32 @@ def check_profile_geometry(trace, profile, name: str) -> None:
     if want and want != have:
         raise SimmoeError(f"profile {name} describes a {want}-layer model but the trace has {have} "
                           "layers; use a profile of this model (simmoe fit or hwprobe calibrate)")
+
+
+def check_budget(trace, config: ReplayConfig) -> None:
+    """Refuse a cache budget that cannot hold one layer's top-k experts (a forward needs them at once)."""
+    b = config.cache_budget
+    if b is None or config.cache == "none":
+        return
+    k = int(trace.geometry.top_k)
+    if b < k:
+        raise SimmoeError(f"--cache-experts {b}: a cache budget must hold at least one layer's top-{k} experts "
+                          f"(a token routes to {k} experts per layer); give at least {k}, or --slots 0 for no cache")
+
+
+def budget_experts(experts: int | None, mib: float | None, trace) -> int | None:
+    """``--cache-experts E`` or ``--cache-mib M`` as a number of experts (M MiB / the trace's bytes per expert)."""
+    if experts is not None and mib is not None:
+        raise SimmoeError("--cache-experts and --cache-mib both give the cache budget: give one")
+    if mib is None:
+        return experts
+    if not (math.isfinite(float(mib)) and float(mib) >= 0):
+        raise SimmoeError(f"--cache-mib {mib}: the cache budget must be a non-negative number of MiB")
+    size = int(getattr(trace.geometry, "expert_bytes", 0) or 0)
+    if size <= 0:
+        raise SimmoeError(f"--cache-mib {mib}: the trace does not record the bytes of one expert "
+                          "(geometry.expert_bytes); give the budget in experts with --cache-experts")
+    return int(float(mib) * 2**20 // size)
 
 
 def requests_of(trace, config: ReplayConfig) -> int:

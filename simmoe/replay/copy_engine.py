@@ -16,7 +16,9 @@ reference in ``tests/replay/prefetch_reference.py``):
 * **Issue.**  A prefetch window collects a policy's jobs (:class:`simmoe.api.PrefetchJobs`).
   A (layer, expert) pair is queued only when it is not resident, not staged
   and not already queued in the window, and while its layer has room.
-* **Slots.**  A prefetch takes a slot of its layer when its copy starts.  With
+* **Slots.**  A prefetch takes a slot of its layer when its copy starts (under
+  one budget across layers, a place in the budget: the room is then counted
+  over all layers).  With
   a cache it displaces the lowest-ranked resident expert that is not itself an
   unused prefetch (:meth:`simmoe.replay.caches.ExpertCache.insert_many`; a layer
   full of unused prefetches skips the job).  Without a cache a prefetched
@@ -122,6 +124,7 @@ class CopyEngine:
         self.pending = np.zeros(self.L, dtype=np.int64)         # queued, not yet started, per layer
         self.staging = self.c if staging is None else int(staging)
         self.capacity = self.slots if cache is not None else self.staging
+        self.budget = getattr(cache, "budget", None) if cache is not None else None
         self.window: Window | None = None
         self.t0 = 0.0
         self.counts = {"prefetched": 0, "useful": 0, "wasted": 0}
@@ -163,6 +166,12 @@ class CopyEngine:
         """Per layer, slots (or staging buffers) not holding or promised to an unused prefetch."""
         return self.capacity - self.pf_count - self.pending
 
+    def budget_room(self) -> float:
+        """Under one budget across layers: experts not holding or promised to an unused prefetch (else inf)."""
+        if self.budget is None:
+            return math.inf
+        return float(self.budget - int(self.pf_count.sum()) - int(self.pending.sum()))
+
     def _issue(self, pairs: np.ndarray, release, level, *, limit: float = math.inf) -> bool:
         """Queue the flat ``pairs`` in order (``release``, ``level``: per pair); whether some layer has room left.
 
@@ -174,11 +183,13 @@ class CopyEngine:
         """
         w = self.window
         room = self.room()
+        total = self.budget_room()
         if w is None or not len(pairs):
-            return bool(room.max() > 0)
-        keep = queue_pairs(pairs, w.avail | self.queued if w.issued else w.avail, room, self.N, limit=limit)
+            return bool(room.max() > 0) and total > 0
+        keep = queue_pairs(pairs, w.avail | self.queued if w.issued else w.avail, room, self.N,
+                           limit=min(limit, total))
         if not len(keep):
-            return bool(room.max() > 0)
+            return bool(room.max() > 0) and total > 0
         pairs = pairs[keep]
         per_layer = np.bincount(pairs // self.N, minlength=self.L)
         self.pending += per_layer
@@ -187,7 +198,7 @@ class CopyEngine:
         w.pairs.extend(pairs.tolist())
         w.release.extend(release[keep].tolist())
         w.levels.extend(level[keep].tolist())
-        return bool((room > per_layer).any())
+        return bool((room > per_layer).any()) and total > len(keep)
 
     def job_limit(self) -> float:
         """How many jobs the window can start at most (fixed copy times, deadline known), else infinity.
@@ -349,16 +360,23 @@ class CopyEngine:
         self.window = None
 
     # -- one layer ahead ------------------------------------------------------------
-    def prefetch_layer(self, j: int, experts: list, release: float, deadline: float) -> None:
+    def prefetch_layer(self, j: int, experts: list, release: float, deadline: float,
+                       busy: np.ndarray | None = None) -> None:
         """Layer ``j``'s experts, queued at ``release`` (the router of layer j − 1), started until ``deadline``.
 
         The same rules as a drafting window, for one layer: the experts not
         available now, without repeats, up to the layer's free capacity, start
-        on the lanes (after the demand copies already there).
+        on the lanes (after the demand copies already there).  Under one
+        budget across layers a prefetch may displace an expert of another
+        layer, but never one the running forward demands (``busy`` [L, N]).
         """
         cache = self.cache
+        protected = None
         if cache is not None:
             room = self.slots - int(self.pf_count[j])
+            if self.budget is not None:
+                protected = self.pf_unused | (busy & cache.resident) if busy is not None else self.pf_unused
+                room = min(room, self.budget - int(np.count_nonzero(protected)))
             avail = (cache.resident[j] | self.staged[j]).tolist()
         else:
             room = self.staging - int(self.pf_count[j])
@@ -391,7 +409,7 @@ class CopyEngine:
         n = len(started)
         arr = np.asarray(started, dtype=np.int64)
         if cache is not None:
-            cache.insert_layer(j, arr, self.pf_unused[j])
+            cache.insert_layer(j, arr, protected if protected is not None else self.pf_unused[j])
         else:
             self.staged[j, arr] = True
             self.staged_count[j] += n

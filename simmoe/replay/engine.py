@@ -49,12 +49,13 @@ from simmoe.replay.config import (  # noqa: F401  (the replay's public names, re
     ReplayConfig,
     ar_baseline,
     check_batch,
+    check_budget,
     check_profile_geometry,
     plan_key,
     requests_of,
 )
 from simmoe.replay.results import ReplayResult
-from simmoe.replay.schedule import Prefill, Schedule, ScheduleRecorder, Stages, live_steps, prefill_demand
+from simmoe.replay.schedule import Prefill, Schedule, ScheduleRecorder, Stages, live_steps
 from simmoe.replay.schedule import plan as plan_stages
 from simmoe.replay.workers import run_groups, shared
 
@@ -66,6 +67,9 @@ def check_setting(trace, config: ReplayConfig, profile) -> None:
     from simmoe.replay.selection import selector_flags
 
     coupled = selector_flags(config.selector)["uses_residency"]
+    if not profile.resident:
+        check_budget(trace, config)
+        _check_cache_policy(trace, config)
     if profile.resident and config.prefetch != "none":
         raise SimmoeError(f"--prefetch {config.prefetch}: profile {profile.name} keeps every expert on the "
                           "device (resident regime): there are no copies to prefetch")
@@ -83,6 +87,20 @@ def check_setting(trace, config: ReplayConfig, profile) -> None:
     if config.prefetch != "none" and len(trace.node_parent) == 0 and config.prefetch == "draft":
         raise SimmoeError("--prefetch draft: the trace holds no draft pools, so no route predictions "
                           "to prefetch from (use --prefetch next-layer or oracle)")
+
+
+def _check_cache_policy(trace, config) -> None:
+    """A cache policy's optional ``check(shape)``: refuse, before any work, a replay it cannot serve."""
+    if not config.cache_active:
+        return
+    check = getattr(plugins.load("cache", config.cache), "check", None)
+    if check is None:
+        return
+    from simmoe.api import CacheShape
+
+    g = trace.geometry
+    check(CacheShape(int(g.num_layers), int(g.num_experts), int(config.slots), budget=config.cache_budget,
+                     seed=config.seed, trace=trace, requests=tuple(range(requests_of(trace, config)))))
 
 
 def _timer(config, profile):
@@ -103,18 +121,18 @@ def build_residency(trace, config, profile, timer, pools, *, future=None, sequen
     g = trace.geometry
     L, N = int(g.num_layers), int(g.num_experts)
     cache = None
+    budget = config.cache_budget if config.cache_active else None
+    slots = (int(config.slots) if budget is None else min(int(budget), N)) if config.cache_active else 0
     if config.cache_active:
         policy = plugins.guarded("cache", config.cache, plugins.instantiate("cache", config.cache))
         cache = ExpertCache(L, N, int(config.slots), policy, future=future, seed=config.seed, trace=trace,
-                            requests=requests)
+                            requests=requests, budget=budget)
     prefetch = None
     if config.prefetch != "none":
         prefetch = plugins.guarded("prefetch", config.prefetch, plugins.instantiate("prefetch", config.prefetch))
         from simmoe.api import CacheShape
 
-        prefetch.reset(CacheShape(L, N, int(config.slots) if config.cache_active else 0, seed=config.seed,
-                                  trace=trace, requests=requests))
-    slots = int(config.slots) if config.cache_active else 0
+        prefetch.reset(CacheShape(L, N, slots, budget=budget, seed=config.seed, trace=trace, requests=requests))
     return OffloadedExperts(timer, cache, L, N, slots, policy=prefetch, sequential=sequential, pools=pools,
                             record=record, staging=staging)
 
@@ -281,7 +299,7 @@ class _Records:
     def add(self, ev) -> None:
         if isinstance(ev, Prefill):
             r = ev.request
-            ms, h, m = self.residency.prefill(int(self.prompt_len[r]), prefill_demand(self.trace, r), r)
+            ms, h, m = self.residency.prefill(int(self.prompt_len[r]), self.trace.prefill_demand(r), r)
             self.pre["prefill_hits"][r], self.pre["prefill_misses"][r], self.pre["prefill_ms"][r] = h.sum(), m.sum(), ms
             self.pre["admit_ms"][r] = self.clock
             self.clock += ms

@@ -32,8 +32,8 @@ REQUIRED = {"selector": ("select",), "cache": ("reset", "observe", "scores"),
 ORDER = {
     "selector": ("ar", "eagle3", "evict", "ddd", "coverage", "specfit", "specfit-full", "optimal",
                  "unconstrained", "oracle", "specfit-prefetch"),
-    "cache": ("lru", "lfu", "belady", "static"),
-    "prefetch": ("draft", "next-layer", "oracle"),
+    "cache": ("lru", "lfu", "belady", "static", "least-stale", "lfru", "eam", "learned"),
+    "prefetch": ("draft", "next-layer", "oracle", "eam", "score"),
 }
 # names that mean "no such stage" rather than an implementation
 NONE_NAMES = {"cache": "none", "prefetch": "none"}

@@ -99,6 +99,9 @@ class OffloadedExperts:
                                  draw, staging=staging, record=record)
         self._step_open = False
         self.extra_selector_ms = 0.0          # time the availability callbacks took (not selector time)
+        # a prefetch policy may observe every forward, as cache policies do (simmoe.api.PrefetchPolicy)
+        self._observe = getattr(policy, "observe", None) if policy is not None else None
+        self._forwards = 0
 
     # -- prefill --------------------------------------------------------------------
     def prefill(self, prompt_len: int, demand: np.ndarray, request: int = 0):
@@ -109,6 +112,7 @@ class OffloadedExperts:
             eng.counts["useful"] += int(used.sum())
             eng.pf_unused &= ~used
         h, m = self._serve(demand, "prefill", (request,), (-1,))
+        self._tell(demand, "prefill", (request,), (-1,))
         if self.sequential:
             eng.after_forward()
         ms = self.timer.prefill_ms(int(prompt_len), h, m)
@@ -117,6 +121,18 @@ class OffloadedExperts:
                         {"prompt_tokens": int(prompt_len), "copies": int(m.sum())})
         self.now += ms
         return ms, h, m
+
+    def _tell(self, demand, kind, requests, positions) -> None:
+        """The prefetch policy observes a forward it has been served (when it defines ``observe``)."""
+        if self._observe is None:
+            return
+        from simmoe.api import ForwardEvent
+
+        eng = self.engine
+        assert eng is not None     # a prefetch policy always runs with the copy engine
+        hits = self.cache.last_hits if self.cache is not None else demand & eng.staged
+        self._observe(ForwardEvent(demand, hits, self._forwards, kind, tuple(requests), tuple(positions)))
+        self._forwards += 1
 
     def _serve(self, demand, kind, requests, positions):
         if self.no_cache:
@@ -282,6 +298,7 @@ class OffloadedExperts:
                 hh, mm = self.cache.forward(demand, "step", step.requests, step.positions)
                 if not (np.array_equal(hh, h) and np.array_equal(mm, m)):
                     raise CheckFailed("residency: the cache's hits and misses differ from the layer's")
+        self._tell(demand, "step", step.requests, step.positions)
         eng.used(demand)
         eng.landed(F + fwd)
         return fwd, h, m
@@ -316,13 +333,13 @@ class OffloadedExperts:
                 nxt = list(layers[layer + 1])
                 if self.serial:    # layer + 1's copies run after this layer, before its attention
                     before = eng.counts["prefetched"]
-                    eng.prefetch_layer(layer + 1, nxt, t, math.inf)
+                    eng.prefetch_layer(layer + 1, nxt, t, math.inf, busy=demand)
                     if eng.counts["prefetched"] > before:
                         block = eng.link_free_at() - t
                         rel[-1] += block
                         t += block
                 else:
-                    eng.prefetch_layer(layer + 1, nxt, T, t + a)
+                    eng.prefetch_layer(layer + 1, nxt, T, t + a, busy=demand)
         done = np.asarray(rel, dtype=np.float64)
         if j == L:
             return nonexpert + float(np.sum(done)) if not self.random else float(np.sum(a + done))

@@ -173,12 +173,6 @@ def _select(st: Stages, active, rows, context: int, available, overhead) -> list
 _NO_NODES = np.zeros(0, dtype=np.int64)
 
 
-def prefill_demand(trace, r: int) -> np.ndarray:
-    """Request ``r``'s prefill demand: the expert union of its prompt, bool [L, N]."""
-    g = trace.geometry
-    return np.asarray(trace.requests.prefill_union[r], dtype=bool).reshape(g.num_layers, g.num_experts)
-
-
 def _root_cover(st: Stages, views) -> tuple[np.ndarray, np.ndarray]:
     """(how many roots of the step bring each expert, what earlier slots' selections bring), flat."""
     L, N = st.demand.L, st.demand.N
@@ -242,7 +236,7 @@ class Schedule:
     def demands(self, trace) -> Iterator[np.ndarray]:
         """Every forward's demand in replay order (prefills included): what offline caches read."""
         for e in self.events:
-            yield prefill_demand(trace, -1 - e) if e < 0 else self.demand_of(e)
+            yield trace.prefill_demand(-1 - e) if e < 0 else self.demand_of(e)
 
     def events_iter(self) -> Iterator[Prefill | Step]:
         """The recorded events, as :func:`live_steps` yielded them."""

@@ -82,13 +82,13 @@ def reference_items(trace, schedule, config, with_routes: bool = True) -> list:
     selectors' and prefetch policies' own), the true routes from the trace.
     """
     from simmoe.replay.route_prediction import RoutePredictor
-    from simmoe.replay.schedule import Prefill, prefill_demand
+    from simmoe.replay.schedule import Prefill
 
     predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
     items: list = []
     for ev in schedule.events_iter():
         if isinstance(ev, Prefill):
-            items.append(("prefill", int(schedule.prompt_len[ev.request]), prefill_demand(trace, ev.request)))
+            items.append(("prefill", int(schedule.prompt_len[ev.request]), trace.prefill_demand(ev.request)))
             continue
         if len(ev.requests) != 1:
             raise ValueError("the reference replays one request per step (batch 1)")

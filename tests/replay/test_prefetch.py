@@ -21,7 +21,7 @@ from simmoe.replay.pools import TracePools
 from simmoe.replay.prefetch_policies import Draft
 from simmoe.replay.residency import OffloadedExperts
 from simmoe.replay.route_prediction import RoutePredictor
-from simmoe.replay.schedule import Prefill, Step, prefill_demand
+from simmoe.replay.schedule import Prefill, Step
 
 L, N, K = 4, 8, 2  # L a power of two: per-layer times stay binary fractions
 POLICIES = ("none", "draft", "next-layer", "oracle")
@@ -55,7 +55,7 @@ def residency_items(trace, schedule, cfg, prof, *, staging=None, sequential=Fals
     out = []
     for ev in schedule.events_iter():
         if isinstance(ev, Prefill):
-            out.append(res.prefill(int(schedule.prompt_len[ev.request]), prefill_demand(trace, ev.request),
+            out.append(res.prefill(int(schedule.prompt_len[ev.request]), trace.prefill_demand(ev.request),
                                    ev.request))
             continue
         sel = charged_selector_ms(schedule, cfg, ev)
