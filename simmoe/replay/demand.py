@@ -21,8 +21,12 @@ class DemandUnion:
         self.root_routes, self.node_routes, self.node_ptr = trace.root_routes, trace.node_routes, trace.node_ptr
         self.mask = np.zeros(self.L * self.N, dtype=bool)
 
-    def start(self) -> None:
-        self.mask = np.zeros(self.L * self.N, dtype=bool)   # a new one: the step keeps its matrix
+    def start(self, fresh: bool = True) -> None:
+        """A new step: a new union (``fresh``: a new array the step keeps; else the last one, cleared)."""
+        if fresh:
+            self.mask = np.zeros(self.L * self.N, dtype=bool)
+        else:
+            self.mask[:] = False
 
     def add(self, row: int, nodes: np.ndarray) -> None:
         """The root at ``row`` and its selected ``nodes`` (pool-local ids) join the forward."""

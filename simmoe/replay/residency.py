@@ -55,7 +55,7 @@ class ResidentWeights:
         """(draft, forward, commit ms, experts read per layer, zeros, {}) for one step."""
         timer = self.timer
         reads = step.demand.sum(axis=1)
-        n = len(step.requests)
+        n = step.size
         fwd = timer.forward_ms(step.tokens, reads, np.zeros_like(reads), context=step.context, requests=n)
         lv = step.levels
         draft = 0.0 if lv <= 0 else (self.physical.draft_ms(lv, n) if self.physical is not None
@@ -214,7 +214,7 @@ class OffloadedExperts:
         timer = self.timer
         demand = step.demand
         h, m = self._serve(demand, "step", step.requests, step.positions)
-        fwd = timer.forward_ms(step.tokens, h, m, context=step.context, requests=len(step.requests))
+        fwd = timer.forward_ms(step.tokens, h, m, context=step.context, requests=step.size)
         draft = float(timer.draft_ms(step.levels)) if step.levels > 0 else 0.0
         return draft, fwd, timer.commit_ms(), h, m, None
 
@@ -287,7 +287,7 @@ class OffloadedExperts:
             self._avail_pre = eng.available() if self.record is not None else None   # for the copies' names
             h, m = self._serve(demand, "step", step.requests, step.positions)
             if self.record is None and eng.link_free_at() <= F + a:   # the link is free: the timing stage's model
-                fwd = timer.forward_ms(n_tokens, h, m, context=step.context, requests=len(step.requests))
+                fwd = timer.forward_ms(n_tokens, h, m, context=step.context, requests=step.size)
             else:
                 fwd = self._stepped(F, a, nonexpert, demand, h, m, None)
         else:                 # hits and misses at each router, after that layer's prefetches

@@ -68,6 +68,11 @@ class Step:
     selector_cpu_ms: float
     demand: np.ndarray
 
+    @property
+    def size(self) -> int:
+        """How many requests the step serves."""
+        return len(self.requests)
+
 
 class Stages:
     """The stages before residency for one replay: admission, pools, selection, verification, demand."""
@@ -88,8 +93,8 @@ class Stages:
 
 
 def live_steps(st: Stages, *, available: Callable | None = None, opened: Callable | None = None,
-               overhead: Callable[[], float] | None = None,
-               progress: Callable[[int], None] | None = None) -> Iterator[Prefill | Step]:
+               overhead: Callable[[], float] | None = None, progress: Callable[[int], None] | None = None,
+               reuse_demand: bool = False) -> Iterator[Prefill | Step]:
     """Run admission → pools → selection → verification → demand; yield the events in replay order.
 
     ``opened(step_index, requests, rows)``, when given, is called once the step's
@@ -97,6 +102,8 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
     drafting window there); ``available`` is handed to the views of a
     residency-reading selector; ``overhead()`` (milliseconds, cumulative) is
     the part of a selection's time those callbacks took, not charged to it.
+    ``reuse_demand``: every step's ``demand`` is the same array, valid until the
+    next step (for a consumer that copies it at once, as :func:`plan` packs it).
     """
     adm = ContinuousBatching(st.output_len, st.batch)
     sel, demand = st.selection, st.demand
@@ -115,7 +122,7 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
             opened(s, active, rows)
         context = sum(prompt[r] + cursor[r] for r in active)
         picks = _select(st, active, rows, context, available, overhead) if sel.drafts else None
-        demand.start()
+        demand.start(fresh=not reuse_demand)
         positions, nodes_, accepted, committed_, drafted, depth, size = [], [], [], [], [], [], []
         tokens, levels, wall, cpu_ms = 0, 0, 0.0, 0.0
         for j, (r, i) in enumerate(zip(active, rows, strict=True)):
@@ -238,23 +245,76 @@ class Schedule:
         for e in self.events:
             yield trace.prefill_demand(-1 - e) if e < 0 else self.demand_of(e)
 
-    def events_iter(self) -> Iterator[Prefill | Step]:
-        """The recorded events, as :func:`live_steps` yielded them."""
-        c = {k: v.tolist() for k, v in self.cycles.items()}
-        st = {k: v.tolist() for k, v in self.steps.items()}
-        ptr = np.searchsorted(self.cycles["step"], np.arange(self.num_steps + 1)).tolist()
-        sel_ptr = np.concatenate([[0], np.cumsum(self.cycles["draft_nodes"], dtype=np.int64)]).tolist()
-        selected = self.selected
+    def events_iter(self) -> Iterator[Prefill | Step | RecordedStep]:
+        """The recorded events, as :func:`live_steps` yielded them (each step's per-request lists read on demand)."""
+        cols = _RecordedColumns(self)
+        st = self.steps
+        levels, tokens, context = st["levels"].tolist(), st["tokens"].tolist(), st["context"].tolist()
+        wall, cpu = st["selector_ms"].tolist(), st["selector_cpu_ms"].tolist()
+        ptr = cols.ptr
         for e in self.events:
             if e < 0:
                 yield Prefill(-1 - e)
                 continue
-            lo, hi = ptr[e], ptr[e + 1]
-            yield Step(e, c["request"][lo:hi], c["row"][lo:hi], c["position"][lo:hi],
-                       [selected[sel_ptr[j]:sel_ptr[j + 1]] for j in range(lo, hi)],
-                       c["accepted"][lo:hi], c["committed"][lo:hi], c["drafted_levels"][lo:hi],
-                       c["pool_levels"][lo:hi], c["pool_size"][lo:hi], st["levels"][e], st["tokens"][e],
-                       st["context"][e], st["selector_ms"][e], st["selector_cpu_ms"][e], self.demand_of(e))
+            yield RecordedStep(cols, e, ptr[e], ptr[e + 1], levels[e], tokens[e], context[e], wall[e], cpu[e],
+                               self.demand_of(e))
+
+
+class _RecordedColumns:
+    """A schedule's per request-cycle columns as Python lists, made once per replay of the schedule."""
+
+    def __init__(self, schedule: Schedule):
+        c = schedule.cycles
+        self.c = c
+        self.lists: dict[str, list] = {}
+        self.ptr = np.searchsorted(c["step"], np.arange(schedule.num_steps + 1)).tolist()
+        self.sel_ptr = np.concatenate([[0], np.cumsum(c["draft_nodes"], dtype=np.int64)]).tolist()
+        self.selected = schedule.selected
+
+    def column(self, key: str) -> list:
+        out = self.lists.get(key)
+        if out is None:
+            out = self.lists[key] = self.c[key].tolist()
+        return out
+
+
+class RecordedStep:
+    """A :class:`Step` read back from a :class:`Schedule`: the same fields, the per-request ones on demand.
+
+    The residency and timing stages read a step's scalars and demand; its
+    per-request lists (what each request verified and committed) are sliced
+    from the schedule only when something asks for them.
+    """
+
+    __slots__ = ("_cols", "index", "_lo", "_hi", "levels", "tokens", "context", "selector_ms", "selector_cpu_ms",
+                 "demand")
+
+    def __init__(self, cols, index, lo, hi, levels, tokens, context, selector_ms, selector_cpu_ms, demand):
+        self._cols, self.index, self._lo, self._hi = cols, index, lo, hi
+        self.levels, self.tokens, self.context = levels, tokens, context
+        self.selector_ms, self.selector_cpu_ms, self.demand = selector_ms, selector_cpu_ms, demand
+
+    def _slice(self, key: str) -> list:
+        return self._cols.column(key)[self._lo:self._hi]
+
+    requests = property(lambda self: self._slice("request"))
+    rows = property(lambda self: self._slice("row"))
+    positions = property(lambda self: self._slice("position"))
+    accepted = property(lambda self: self._slice("accepted"))
+    committed = property(lambda self: self._slice("committed"))
+    drafted = property(lambda self: self._slice("drafted_levels"))
+    depth = property(lambda self: self._slice("pool_levels"))
+    pool_size = property(lambda self: self._slice("pool_size"))
+
+    @property
+    def size(self) -> int:
+        """How many requests the step serves."""
+        return self._hi - self._lo
+
+    @property
+    def nodes(self) -> list[np.ndarray]:
+        p, sel = self._cols.sel_ptr, self._cols.selected
+        return [sel[p[j]:p[j + 1]] for j in range(self._lo, self._hi)]
 
 
 CYCLE_COLUMNS = (("request", np.int32), ("step", np.int32), ("position", np.int32), ("row", np.int64),
@@ -317,6 +377,6 @@ def plan(st: Stages, progress: Callable[[int], None] | None = None) -> Schedule:
     """Run the stages before residency over the whole replay and record the schedule."""
     rec = ScheduleRecorder(st)
     rec.t0 = time.perf_counter()
-    for ev in live_steps(st, progress=progress):
+    for ev in live_steps(st, progress=progress, reuse_demand=True):
         rec.add(ev)
     return rec.schedule()
