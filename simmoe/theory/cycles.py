@@ -49,10 +49,9 @@ class Cycle:
 def pool_at(trace: Trace, row: int) -> Pool:
     """The recorded candidate pool at position ``row``, as a solvers pool (exact routes)."""
     sl = trace.pool_slice(row)
-    # from_routes takes any int/float array (np.asarray inside); its annotation says Sequence only
     return Pool.from_routes(
-        trace.node_parent[sl].astype(np.int64),  # type: ignore[arg-type]
-        trace.node_p[sl].astype(np.float64),     # type: ignore[arg-type]
+        trace.node_parent[sl].astype(np.int64),
+        trace.node_p[sl].astype(np.float64),
         trace.root_routes[row],
         trace.node_routes[sl],
         trace.geometry.num_experts,
