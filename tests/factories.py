@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simmoe.api import PoolView
 from simmoe.trace.schema import SCHEMA_VERSION, ModelGeometry, PoolShape, Requests, Trace
 
 
@@ -89,3 +90,14 @@ def random_trace(seed: int = 0, *, num_requests: int = 2, output_len=(5, 9),
         node_q=cat(qs, np.float32), node_p=cat(ps, np.float32),
         node_agree=cat(agree, bool), node_routes=random_routes(rng, M, L, N, k),
     )
+
+
+def views_of(trace):
+    """Every position's pool of ``trace`` as a :class:`simmoe.api.PoolView` (true routes, no prediction)."""
+    N = trace.geometry.num_experts
+    for i in range(trace.num_positions):
+        s = trace.pool_slice(i)
+        yield PoolView(row=i, parents=trace.node_parent[s], levels=trace.node_level[s],
+                       p=trace.node_p[s], q=trace.node_q[s], agree=trace.node_agree[s],
+                       root_routes=trace.root_routes[i], node_routes=trace.node_routes[s],
+                       num_experts=N)

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-from factories import random_trace
+from factories import random_trace, views_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from simmoe.api import PoolView
-
-
-def views_of(trace):
-    N = trace.geometry.num_experts
-    for i in range(trace.num_positions):
-        s = trace.pool_slice(i)
-        yield PoolView(row=i, parents=trace.node_parent[s], levels=trace.node_level[s],
-                       p=trace.node_p[s], q=trace.node_q[s], agree=trace.node_agree[s],
-                       root_routes=trace.root_routes[i], node_routes=trace.node_routes[s],
-                       num_experts=N)
 
 
 @settings(max_examples=25)

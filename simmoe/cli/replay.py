@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, replace
 
 from simmoe.errors import SimmoeError
+from simmoe.progress import bar as progress_bar
 
 # Every column the table can show: key -> (header, format, legend).  Headers
 # break over two lines so that the default table fits 100 columns.
@@ -422,30 +423,8 @@ def _console(stderr: bool):
     return make_console(stderr=stderr, width=200)  # a file or a pipe: never squeeze the table
 
 
-class _NoProgress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def add_task(self, *a, **k):
-        return 0
-
-    def advance(self, *a, **k):
-        pass
-
-    def update(self, *a, **k):
-        pass
-
-
 def _progress(console, disabled: bool):
-    if disabled:
-        return _NoProgress()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("tokens"), TimeElapsedColumn(), console=console, transient=True)
+    return progress_bar(disabled, 24, "tokens", console=console)
 
 
 def provenance_text(trace, path, requests: int | None = None) -> str:

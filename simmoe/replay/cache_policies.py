@@ -56,8 +56,10 @@ class LRU:
         N = self.num_experts
         if self._clock + 2 * N >= self.STAMP_LIMIT:
             self._renumber()
-        np.copyto(self._stamp, self._ids + (self._clock + N), where=event.demand)   # misses last
-        np.copyto(self._stamp, self._ids + self._clock, where=event.hits)          # hits before them
+        # only the demanded experts change (hits ⊆ demand): misses last, hits before them
+        flat = np.flatnonzero(event.demand)
+        missed = ~event.hits.reshape(-1)[flat]
+        np.put(self._stamp, flat, (flat % N) + (self._clock + N * missed))
         self._clock += 2 * N
 
     def inserted(self, pairs: np.ndarray) -> None:

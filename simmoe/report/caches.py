@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from simmoe.errors import SimmoeError
+from simmoe.progress import bar as progress_bar
 
 ROOT = Path(__file__).resolve().parents[2]
 # (name, path, requests replayed, the same with --quick, profile: None = --hardware)
@@ -241,27 +242,8 @@ def _run(args) -> int:
     return 0
 
 
-class _Quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def add_task(self, *a, **k):
-        return 0
-
-    def advance(self, *a, **k):
-        pass
-
-
 def _progress(disabled: bool):
-    if disabled:
-        return _Quiet()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TextColumn("replays"),
-                    TimeElapsedColumn(), transient=True)
+    return progress_bar(disabled, 12, "replays")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from simmoe.trace.schema import (
     Trace,
     strict_int,
 )
-from simmoe.trace.validate import check_pool_structure, check_rows, validate_trace
+from simmoe.trace.validate import check_pool_structure, check_rows, checked_geometry, validate_trace
 
 METADATA_KEY = b"simmoe"
 FORMAT_NAME = "simmoe-trace"
@@ -286,23 +286,13 @@ def read_trace(path, *, validate: bool = True) -> Trace:
 
 def _header_geometry(header: dict, path: str) -> ModelGeometry:
     """The model geometry of ``meta``, checked as far as decoding the routes depends on it."""
-    try:
-        geometry = ModelGeometry.from_dict(header["meta"]["geometry"])
-    except KeyError as exc:
-        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
-    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
-        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
-                         path=path, field="meta.geometry")
-    if geometry.num_experts > 65536:
-        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
-                         path=path, field="meta.geometry")
+    meta = header.get("meta")
+    if not isinstance(meta, dict):
+        raise TraceError("bad model geometry: no 'meta'", path=path, field="meta.geometry")
+    geometry = checked_geometry(meta, path)
     if header.get("route_dtype", geometry.route_dtype.name) != geometry.route_dtype.name:
         raise TraceError(f"route dtype {header.get('route_dtype')!r} does not fit {geometry.num_experts} "
                          f"experts (expected {geometry.route_dtype.name!r})", path=path, field="route_dtype")
-    if (problem := geometry.layer_problem()) is not None:
-        raise TraceError(problem, path=path, field="meta.geometry")
     return geometry
 
 

@@ -54,6 +54,26 @@ def validate_trace(trace: Trace, path=None) -> None:
 
 # ------------------------------------------------------------------ meta ---
 
+def checked_geometry(meta: dict, path) -> ModelGeometry:
+    """``meta["geometry"]`` as a :class:`ModelGeometry`, checked as far as decoding the routes
+    depends on it (sizes, top-k, at most 65,536 experts, per-layer counts)."""
+    try:
+        geometry = ModelGeometry.from_dict(meta["geometry"])
+    except KeyError as exc:
+        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
+    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
+        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
+                         path=path, field="meta.geometry")
+    if geometry.num_experts > 65536:
+        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
+                         path=path, field="meta.geometry")
+    if (problem := geometry.layer_problem()) is not None:
+        raise TraceError(problem, path=path, field="meta.geometry")
+    return geometry
+
+
 def _check_meta(meta, path) -> tuple[ModelGeometry, PoolShape]:
     if not isinstance(meta, dict):
         raise TraceError("meta is not a dict", path=path, field="meta")
@@ -69,20 +89,7 @@ def _check_meta(meta, path) -> tuple[ModelGeometry, PoolShape]:
         kind = prov.get("kind") if isinstance(prov, dict) else prov
         raise TraceError(f"provenance kind {kind!r} is not one of {', '.join(PROVENANCE_KINDS)}",
                          path=path, field="meta.provenance")
-    try:
-        geometry = ModelGeometry.from_dict(meta["geometry"])
-    except KeyError as exc:
-        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
-    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
-        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
-                         path=path, field="meta.geometry")
-    if geometry.num_experts > 65536:
-        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
-                         path=path, field="meta.geometry")
-    if (problem := geometry.layer_problem()) is not None:
-        raise TraceError(problem, path=path, field="meta.geometry")
+    geometry = checked_geometry(meta, path)
     try:
         shape = PoolShape.from_dict(meta["pool_shape"])
     except KeyError as exc:

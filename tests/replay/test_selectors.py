@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from factories import random_trace
+from factories import random_trace, views_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +16,6 @@ from simmoe.replay.selectors import (
     DEFAULT_SELECTORS,
     SELECTORS,
     Choice,
-    PoolView,
     SelectorContext,
     accepted_length,
     longest_agreeing_path,
@@ -32,16 +31,6 @@ def cost_model():
     from solvers import CostModel
 
     return CostModel(B_CACHE, BETA_CACHE)
-
-
-def views_of(trace):
-    N = trace.geometry.num_experts
-    for i in range(trace.num_positions):
-        s = trace.pool_slice(i)
-        yield PoolView(row=i, parents=trace.node_parent[s], levels=trace.node_level[s],
-                       p=trace.node_p[s], q=trace.node_q[s], agree=trace.node_agree[s],
-                       root_routes=trace.root_routes[i], node_routes=trace.node_routes[s],
-                       num_experts=N)
 
 
 def ancestor_closed(view, nodes) -> bool:
