@@ -27,7 +27,7 @@
 
 The trace is the full 80-request GSM8K preset (``simmoe synth --preset gsm8k
 --out /tmp/g80.parquet``; generated when missing).  SYNTHETIC trace.
-Goals (issue 15): batch 64 in ≤ 60 s and ≤ 2 GB; batch 1 no slower than the
+Goals: batch 64 in ≤ 60 s and ≤ 2 GB; batch 1 no slower than the
 baseline (median CPU ratio over the pairs ≤ 1.02).
 """
 

@@ -15,7 +15,7 @@
    last 20), side by side the same way, its model already trained; and its
    training on 20 requests is timed on its own (``--repeat`` times, median).
 
-Goals (issue 27): each new policy ≤ 1.5× LRU's replay time; training on 20
+Goals: each new policy ≤ 1.5× LRU's replay time; training on 20
 requests ≤ 30 s on 2 cores.
 """
 

@@ -13,7 +13,7 @@ shared: CPU time is what one idle core would take):
    with and without ``--prefetch POLICY`` (trace reading, the AR baseline and
    every selector), each run in-process.
 
-The goal (issue: prefetching experts while the drafter runs): a replay with
+The goal: a replay with
 ``--prefetch draft`` takes at most twice the time of the same replay without.
 """
 

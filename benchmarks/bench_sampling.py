@@ -4,8 +4,8 @@ One trace with target distributions (``simmoe synth --preset P --temperature 1``
 or ``--trace`` with a trace recorded at temperature 1) is replayed under each
 selector, alternately at temperature 0 and 1, ``--repeat`` times; the script
 prints each configuration's median CPU time of the whole replay (selection,
-cache and timing passes) at both temperatures and their ratio.  The goal
-(issue 14): the ratio at most 1.5; exit status 1 when a selector misses it.
+cache and timing passes) at both temperatures and their ratio.  The goal:
+the ratio at most 1.5; exit status 1 when a selector misses it.
 
     python benchmarks/bench_sampling.py          # gsm8k preset, 10 requests, 12 LRU slots, a100-pcie-40gb
     python benchmarks/bench_sampling.py --preset qa --hardware a100-sxm-resident --slots 0 --selectors eagle3,evict
