@@ -89,6 +89,7 @@ class Stages:
         self.prompt_len = np.asarray(trace.requests.prompt_len[:self.R], dtype=np.int32)
         self.starts = [int(trace.request_positions(r)[0]) for r in range(self.R)]
         self.node_ptr = trace.node_ptr.tolist()
+        self.pool_depth = pool_depths(trace)
         self.selection.prepare(trace, self.R, lambda rows: [self.pools.view(int(i)) for i in rows])
 
 
@@ -149,7 +150,7 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
 
 def _select(st: Stages, active, rows, context: int, available, overhead) -> list[tuple]:
     """Each request's selection in slot order: (nodes, accepted, drafted levels, pool depth, wall ms, CPU ms)."""
-    sel, node_ptr, node_level = st.selection, st.trace.node_ptr, st.trace.node_level
+    sel, pool_depth = st.selection, st.pool_depth
     views = [st.pools.view(i) for i in rows]
     covered = _root_cover(st, views) if sel.batch_cost is not None and len(active) > 1 else None
     others_tokens = len(active)
@@ -167,8 +168,7 @@ def _select(st: Stages, active, rows, context: int, available, overhead) -> list
             spent = overhead() - spent
             wall, cpu_ms = max(wall - spent, 0.0), max(cpu_ms - spent, 0.0)
         nodes = np.asarray(choice.nodes, dtype=np.int64)
-        lo, hi = int(node_ptr[i]), int(node_ptr[i + 1])
-        depth = int(node_level[lo:hi].max()) if hi > lo else 0
+        depth = pool_depth[i]
         if covered is not None and len(nodes):   # the selector's view of what this request adds
             covered[1][(np.asarray(views[slot].node_routes[nodes], dtype=np.int64)
                         + st.demand.offset[None]).ravel()] = True
@@ -178,6 +178,16 @@ def _select(st: Stages, active, rows, context: int, available, overhead) -> list
 
 
 _NO_NODES = np.zeros(0, dtype=np.int64)
+
+
+def pool_depths(trace) -> list[int]:
+    """The deepest level of the pool at every position row (0 for an empty pool), in one pass."""
+    ptr = np.asarray(trace.node_ptr, dtype=np.int64)
+    depth = np.zeros(len(ptr) - 1, dtype=np.int64)
+    filled = np.flatnonzero(ptr[1:] > ptr[:-1])
+    if len(filled):   # empty pools have no nodes, so each filled pool's segment ends where the next begins
+        depth[filled] = np.maximum.reduceat(np.asarray(trace.node_level), ptr[filled])
+    return depth.tolist()
 
 
 def _root_cover(st: Stages, views) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@ verifying its k best nodes), else the profile's C(k).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 
@@ -186,13 +187,11 @@ class SelectionStage:
 
     def choose(self, view: PoolView, request: int, position: int) -> tuple[Choice, float, float]:
         """The selector's choice at ``view``, its wall and CPU milliseconds."""
-        from solvers.errors import InvalidInput
-
         perf, cpu = time.perf_counter, time.thread_time
         c1, t1 = cpu(), perf()
         try:
             choice = self.selector.select(view)
-        except InvalidInput as exc:  # e.g. a cost model too short for the trace's K
+        except _invalid_input() as exc:  # e.g. a cost model too short for the trace's K
             raise SimmoeError(f"selector {self.name!r} at request {request}, position {position}: {exc}") from None
         except SimmoeError:
             raise
@@ -203,6 +202,13 @@ class SelectionStage:
         if self.checked:
             choice = check_choice(self.name, choice, view, self.context.K, request, position)
         return choice, wall, cpu_ms
+
+
+@functools.cache
+def _invalid_input() -> type[Exception]:
+    from solvers.errors import InvalidInput  # importing solvers is slow: not for `simmoe --help`
+
+    return InvalidInput
 
 
 def check_choice(name: str, choice, view: PoolView, K: int, request: int, position: int) -> Choice:

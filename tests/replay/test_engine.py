@@ -345,3 +345,16 @@ def test_resident_counters_are_the_experts_each_token_reads(batch):
     # a cache setting changes nothing there (nothing is copied, so nothing is kept)
     cached = replay(trace, ReplayConfig(**{**cfg.__dict__, "cache": "lru", "slots": 4}), prof)
     assert np.array_equal(cached.steps["step_ms"], res.steps["step_ms"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 9), max_size=5), max_size=12))
+def test_pool_depths_are_each_pools_deepest_level(pools):
+    """The per-row pool depth of one reduceat pass equals each pool's own maximum (0 where empty)."""
+    from types import SimpleNamespace
+
+    from simmoe.replay.schedule import pool_depths
+
+    ptr = np.cumsum([0] + [len(p) for p in pools])
+    levels = np.array([lv for p in pools for lv in p], dtype=np.uint8)
+    assert pool_depths(SimpleNamespace(node_ptr=ptr, node_level=levels)) == [max(p, default=0) for p in pools]
