@@ -59,11 +59,16 @@ def _flat(header: str) -> str:
     return first + ("" if not second or first.endswith("/") or second.startswith("/") else " ") + second
 
 
-def legend(columns) -> str:
-    """One line per column: what its number means."""
+# where the regime changes what a column means (the resident regime's AR has no cache to be without)
+RESIDENT_LEGEND = {"speedup": "decode tok/s over AR on the same trace and profile"}
+
+
+def legend(columns, resident: bool = False) -> str:
+    """One line per column: what its number means (in the regime's words)."""
     heads = [_flat(COLUMNS[c][0]) for c in columns]
     width = max(map(len, heads))
-    return "\n".join(f"  {h:<{width}}  {COLUMNS[c][2]}" for h, c in zip(heads, columns))
+    text = {c: (RESIDENT_LEGEND.get(c) if resident else None) or COLUMNS[c][2] for c in columns}
+    return "\n".join(f"  {h:<{width}}  {text[c]}" for h, c in zip(heads, columns, strict=True))
 
 
 def parse_columns(spec: str | None, wide: bool, resident: bool = False) -> tuple[str, ...]:
@@ -196,7 +201,7 @@ def run(args) -> int:
                               resident=st.profile.resident)
         widen_for(stdout, table)
         stdout.print(table)
-        stdout.print(legend(st.columns), highlight=False)
+        stdout.print(legend(st.columns, st.profile.resident), highlight=False)
     return 0
 
 

@@ -119,3 +119,19 @@ def test_bad_profile_and_bad_trace_exit_2(files, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "junk.parquet" in err
     assert main(["replay", str(tmp_path / "missing.parquet"), "--hardware", str(d / "p.toml")]) == 2
+
+
+def test_a_resident_table_shows_what_the_regime_has(files, capsys):
+    """Resident experts: no cache columns, the HBM reads instead, and a legend in the regime's words."""
+    from simmoe.hardware.profile import load_profile, save_profile
+
+    d, _ = files
+    save_profile(load_profile(d / "p.toml").replace(name="cli-resident", resident=True, copy_ms=0.0),
+                 d / "resident.toml")
+    assert main(["replay", str(d / "t.parquet"), "--hardware", str(d / "resident.toml"), "--no-progress",
+                 "--selectors", "ar,specfit"]) == 0
+    out = capsys.readouterr().out
+    assert "resident experts (no cache)" in out
+    assert "read/tok" in out and "MB/tok" in out
+    assert "H2D" not in out and "hit rate" not in out and "slots" not in out
+    assert "over AR on the same trace" in out and "without a cache" not in out
