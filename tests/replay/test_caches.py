@@ -8,11 +8,11 @@ programming over cache states.
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 
 import numpy as np
 import pytest
+from cache_references import optimum_copies_global
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,21 +125,8 @@ def ref_static(L, N, slots, stream, popularity):
 
 
 def optimum_copies(N, slots, layer_stream):
-    """Fewest copies over all on-demand policies (DP over cache states; tiny N only)."""
-    best = {frozenset(): 0}
-    for need in layer_stream:
-        need = frozenset(np.flatnonzero(need).tolist())
-        nxt = {}
-        for state, cost in best.items():
-            c = cost + len(need - state)
-            pool = sorted(state | need)
-            for r in range(min(slots, len(pool)) + 1):
-                for keep in itertools.combinations(pool, r):
-                    k = frozenset(keep)
-                    if nxt.get(k, 1 << 30) > c:
-                        nxt[k] = c
-        best = nxt
-    return min(best.values())
+    """Fewest copies over all on-demand policies of one layer: the budget DP on a one-layer model."""
+    return optimum_copies_global(1, N, slots, [[need] for need in layer_stream])
 
 
 def run(cache, stream):
