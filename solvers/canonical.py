@@ -195,8 +195,9 @@ class Late(Exception):
 #: seconds per unit of work of the steps that cannot look at the clock midway (a flow,
 #: the cover of a pool, ...), learned from the steps timed so far in this process, and
 #: the fixed part of each step in the same units
-_RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8}
-_FIXED = {"cover": 20_000.0, "flow": 1_000.0, "trim": 10_000.0, "dominance": 20_000.0}
+_RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8, "milp": 2e-5}
+_FIXED = {"cover": 20_000.0, "flow": 1_000.0, "trim": 10_000.0, "dominance": 20_000.0,
+          "milp": 1_000.0}
 
 
 class SearchState:
@@ -252,17 +253,30 @@ class SearchState:
         """The λ of the incumbent: its ratio (Eq. 5) or the fixed λ."""
         return self.inc[0] if self.lam is None else self.lam
 
+    def affords(self, kind: str, units: float) -> bool:
+        """Whether a step of ``units`` work of this ``kind`` ends before the deadline, at the
+        slowest recent rate seen in this process (True without a deadline)."""
+        if self.deadline is None:
+            return True
+        rate = _RATES[kind]
+        if time.perf_counter() + rate * (units + _FIXED[kind]) <= self.deadline:
+            return True
+        _RATES[kind] = 0.95 * rate      # one slow step must not refuse all later ones
+        return False
+
+    def learn(self, kind: str, units: float, seconds: float) -> None:
+        """Record the time of a step of ``units`` work."""
+        units += _FIXED[kind]
+        _RATES[kind] = max(seconds / units, 0.8 * _RATES[kind])
+
     def paced(self, kind: str, units: float, fn, *args):
-        """``fn(*args)``, unless the step (``units`` of work of this ``kind``, at the
-        slowest recent rate seen in this process) would end past the deadline: then stop
-        the selection and raise :class:`Late`.  A deadline is kept to within one step's
-        misestimate."""
-        t0 = time.perf_counter()
-        rate, units = _RATES[kind], units + _FIXED[kind]
-        if self.deadline is not None and t0 + rate * units > self.deadline:
-            _RATES[kind] = 0.95 * rate      # one slow step must not refuse all later ones
+        """``fn(*args)``, unless the step (``units`` of work of this ``kind``) would end past
+        the deadline (:meth:`affords`): then stop the selection and raise :class:`Late`.  A
+        deadline is kept to within one step's misestimate."""
+        if not self.affords(kind, units):
             self.stopped = True
             raise Late
+        t0 = time.perf_counter()
         out = fn(*args)
-        _RATES[kind] = max((time.perf_counter() - t0) / units, 0.8 * rate)
+        self.learn(kind, units, time.perf_counter() - t0)
         return out

@@ -99,6 +99,7 @@ _FAST_WORK = 64           # work units of today's branch and bound before the cl
 _SEARCH_STATES = 4_000    # closure-search states before the MILP is tried (then ×4 a round)
 _MILP_SECONDS = 0.25      # the MILP's first time cap (then ×4 a round)
 _CPSAT_CLASSES = 400      # CP-SAT enumerates near-ties on models of at most this many classes
+_SOLVERS = (MILP, CPSAT)  # tried in turn after each round of the search
 
 
 def _branch_and_bound(pool: Pool, K: int, cost: CostModel, lam: float | None,
@@ -151,18 +152,20 @@ def _portfolio(st: SearchState) -> Selection:
         if not st.by_budget:
             return _stopped(st, prep.upper, CLOSURE_SEARCH)
         sub, ids = useful_pool(st, prep)
-        # a small model: CP-SAT (it enumerates near-ties at once); a large one: the MILP
-        if sub.n and holder_classes(sub)[1].size <= _CPSAT_CLASSES:
-            method = CPSAT
-            outcome, bound = _cpsat(st, sub, ids, seconds)
-        else:
-            method = MILP
-            outcome, bound = milp.finish(st, sub, ids, seconds)
+        outcome, bound, method = "gave up", None, MILP
+        for method in _SOLVERS:
+            if method == MILP:
+                outcome, bound = milp.finish(st, sub, ids, seconds)
+            elif sub.n and holder_classes(sub)[1].size <= _CPSAT_CLASSES:
+                # many near-ties or a symmetric model: CP-SAT enumerates them at once
+                outcome, bound = _cpsat(st, sub, ids, seconds)
+            if outcome == "exact" or st.expired():
+                break
         if outcome == "exact":
             return selection(cost, st.inc, method)
         if st.expired():
             return _stopped(st, min(prep.upper, math.inf if bound is None else bound), method)
-        use_milp = outcome != "gave up"      # neither finishes: the search goes to the end
+        use_milp = outcome != "gave up"      # too many near-ties: the search goes to the end
         budget, seconds = 4 * budget, 4 * seconds
 
 

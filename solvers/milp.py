@@ -94,6 +94,7 @@ class Model:
         if exchange:
             rows += _exchange_rows(pool)
         self.rows = rows
+        self.size = float(sum(len(r[0]) for r in rows))       # nonzeros of the matrix
         self.integrality = np.concatenate([np.ones(n), np.zeros(C), np.ones(self.Z)])
 
     def objective(self, lam: float) -> tuple[np.ndarray, float]:
@@ -220,7 +221,12 @@ def finish(st: SearchState, sub: Pool, ids: list[int],
         left = None if t_end is None else t_end - time.perf_counter()
         if left is not None and left <= 0:
             return "stopped", None
+        if not st.affords("milp", model.size):
+            return "stopped", None          # HiGHS's presolve and root LP would end too late
+        t0 = time.perf_counter()
         status, nodes, bound = model.solve(lam, -_WINDOW * (1.0 + st.inc[1]), exclude, left)
+        if status != "stopped":
+            st.learn("milp", model.size, time.perf_counter() - t0)
         if status == "infeasible":
             return "exact", None
         if nodes is not None:

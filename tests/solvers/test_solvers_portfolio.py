@@ -30,15 +30,15 @@ class _forced:
 
     def __enter__(self):
         self.saved = (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES,
-                      closure_search._CLOCK_EVERY)
+                      exact._SOLVERS, closure_search._CLOCK_EVERY)
         exact._FAST_WORK = 0
         if self.method != "closure":
             exact._SEARCH_STATES, closure_search._CLOCK_EVERY = 0, 1
-            exact._CPSAT_CLASSES = -1 if self.method == "milp" else 10 ** 9
+            exact._CPSAT_CLASSES, exact._SOLVERS = 10 ** 9, (self.method,)
         return self
 
     def __exit__(self, *exc):
-        (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES,
+        (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES, exact._SOLVERS,
          closure_search._CLOCK_EVERY) = self.saved
 
 
