@@ -97,8 +97,9 @@ __all__ = ["select_exact", "select_max_linear", "select_marginal", "enumerate_ra
 _REL_TOL = REL_TOL
 _FAST_WORK = 64           # work units of today's branch and bound before the closure bounds
 _SEARCH_STATES = 4_000    # closure-search states before the MILP is tried (then ×4 a round)
-_MILP_SECONDS = 0.25      # the MILP's first time cap (then ×4 a round)
+_MILP_SECONDS = 0.02      # the solvers' least time a round (else: the search's time so far)
 _CPSAT_CLASSES = 400      # CP-SAT enumerates near-ties on models of at most this many classes
+_CPSAT_SMALL = 50         # ... and runs before the MILP on models of at most this many
 _SOLVERS = (MILP, CPSAT)  # tried in turn after each round of the search
 
 
@@ -137,36 +138,43 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
 
 
 def _portfolio(st: SearchState) -> Selection:
-    """The closure-bounded search and the MILP in turn, each round with four times the
-    budget of the last, until one of them finishes (or the deadline)."""
+    """The closure-bounded search and the MILP (then CP-SAT) in turn: each round the search
+    gets four times the states of the last, and the solvers as much time as the search has
+    had so far (at least ``_MILP_SECONDS``), until one of them finishes (or the deadline)."""
     cost = st.cost
     prep = prepare(st)
     if prep is None:        # the deadline came before the first flow
         return _stopped(st, credit_upper(st), CLOSURE_SEARCH)
-    budget, seconds, use_milp = _SEARCH_STATES, _MILP_SECONDS, True
+    budget, searched, use_milp = _SEARCH_STATES, 0.0, True
     while True:
         st.resume(budget if use_milp else None)
+        t0 = time.perf_counter()
         search(st, prep.what, prep.lam, prep.mu)
+        searched += time.perf_counter() - t0
+        seconds = max(_MILP_SECONDS, searched)
         if not st.stopped:
             return selection(cost, st.inc, CLOSURE_SEARCH)
         if not st.by_budget:
             return _stopped(st, prep.upper, CLOSURE_SEARCH)
         sub, ids = useful_pool(st, prep)
-        outcome, bound, method = "gave up", None, MILP
-        for method in _SOLVERS:
+        classes = holder_classes(sub)[1].size if sub.n else 0
+        # a small model: CP-SAT first (it enumerates symmetric near-ties at once); the other
+        # solver only where the first gives up on too many near-ties
+        order = _SOLVERS if classes > _CPSAT_SMALL else _SOLVERS[::-1]
+        outcome, bound, method = "gave up", None, order[0]
+        for method in order:
             if method == MILP:
                 outcome, bound = milp.finish(st, sub, ids, seconds)
-            elif sub.n and holder_classes(sub)[1].size <= _CPSAT_CLASSES:
-                # many near-ties or a symmetric model: CP-SAT enumerates them at once
+            elif classes <= _CPSAT_CLASSES:
                 outcome, bound = _cpsat(st, sub, ids, seconds)
-            if outcome == "exact" or st.expired():
+            if outcome != "gave up" or st.expired():
                 break
         if outcome == "exact":
             return selection(cost, st.inc, method)
         if st.expired():
             return _stopped(st, min(prep.upper, math.inf if bound is None else bound), method)
         use_milp = outcome != "gave up"      # too many near-ties: the search goes to the end
-        budget, seconds = 4 * budget, 4 * seconds
+        budget = 4 * budget + 64
 
 
 def _cpsat(st: SearchState, sub: Pool, ids: list[int],

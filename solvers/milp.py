@@ -22,7 +22,8 @@ Exactness (:func:`finish`).  HiGHS solves in floating point with tolerances of
 about 10⁻⁷, and the tie rule compares canonical floating-point numbers, so the
 MILP is used to *enumerate*, never to decide: from the incumbent I (canonical)
 at λ = its ratio (or the fixed λ), it is asked, with the row
-value >= −δ (δ = 10⁻⁶·(1 + R̂(I)), far above HiGHS's tolerances) and a
+value >= value(I) − δ (value(I) = 0 for the ratio; δ = 10⁻⁶·(1 + R̂(I)), far
+above HiGHS's tolerances) and a
 no-good cut for every set already compared, for another subtree.  Each answer
 is compared canonically with the incumbent (and re-linearises λ when it wins
 by more than the margin); when the program becomes infeasible, every subtree
@@ -224,7 +225,10 @@ def finish(st: SearchState, sub: Pool, ids: list[int],
         if not st.affords("milp", model.size):
             return "stopped", None          # HiGHS's presolve and root LP would end too late
         t0 = time.perf_counter()
-        status, nodes, bound = model.solve(lam, -_WINDOW * (1.0 + st.inc[1]), exclude, left)
+        # the incumbent's value at λ: 0 for the ratio (λ = its ratio), itself for R̂ − λT̂
+        target = 0.0 if st.lam is None else st.inc[0]
+        status, nodes, bound = model.solve(lam, target - _WINDOW * (1.0 + st.inc[1]), exclude,
+                                           left)
         if status != "stopped":
             st.learn("milp", model.size, time.perf_counter() - t0)
         if status == "infeasible":

@@ -249,15 +249,17 @@ class _solver_first:
     def __enter__(self):
         import solvers.closure_search as cs
         import solvers.exact as ex
-        self.saved = ex._FAST_WORK, ex._SEARCH_STATES, ex._SOLVERS, cs._CLOCK_EVERY
+        self.saved = (ex._FAST_WORK, ex._SEARCH_STATES, ex._SOLVERS, ex._MILP_SECONDS,
+                      cs._CLOCK_EVERY)
         ex._FAST_WORK, ex._SEARCH_STATES, cs._CLOCK_EVERY = 0, 0, 1
-        ex._SOLVERS = (self.solver,)
+        ex._SOLVERS, ex._MILP_SECONDS = (self.solver,), 60.0
         return self
 
     def __exit__(self, *exc):
         import solvers.closure_search as cs
         import solvers.exact as ex
-        ex._FAST_WORK, ex._SEARCH_STATES, ex._SOLVERS, cs._CLOCK_EVERY = self.saved
+        (ex._FAST_WORK, ex._SEARCH_STATES, ex._SOLVERS, ex._MILP_SECONDS,
+         cs._CLOCK_EVERY) = self.saved
 
 
 @settings(max_examples=40, deadline=None)

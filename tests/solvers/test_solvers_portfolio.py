@@ -30,16 +30,17 @@ class _forced:
 
     def __enter__(self):
         self.saved = (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES,
-                      exact._SOLVERS, closure_search._CLOCK_EVERY)
+                      exact._SOLVERS, exact._MILP_SECONDS, closure_search._CLOCK_EVERY)
         exact._FAST_WORK = 0
         if self.method != "closure":
             exact._SEARCH_STATES, closure_search._CLOCK_EVERY = 0, 1
             exact._CPSAT_CLASSES, exact._SOLVERS = 10 ** 9, (self.method,)
+            exact._MILP_SECONDS = 60.0
         return self
 
     def __exit__(self, *exc):
         (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES, exact._SOLVERS,
-         closure_search._CLOCK_EVERY) = self.saved
+         exact._MILP_SECONDS, closure_search._CLOCK_EVERY) = self.saved
 
 
 def canonical(sel):
