@@ -95,21 +95,12 @@ class Dominance:
         fresh = np.diff(cov.starts)                  # |fresh(u)|
         alone = cov.alone                            # alone(j)
         p = np.asarray(pool.probs, dtype=np.float64)
-        # (F): |fresh(u)| <= alone(j), or identical bitmaps
-        pairs = fresh[:, None] <= alone[None, :]
-        if pool.packed is not None and pool.packed.shape[0] == n:
-            rows = np.ascontiguousarray(pool.packed)       # the bitmaps themselves
-            keys = rows.view(np.dtype((np.void, max(rows.shape[1], 1)))).ravel() \
-                if rows.shape[1] else np.zeros(n)
-            _, mask_class = np.unique(keys, return_inverse=True)
-            same = mask_class[:, None] == mask_class[None, :]
-        else:
-            _, mask_class = np.unique(np.asarray([hash(m) for m in pool.masks]),
-                                      return_inverse=True)
-            same = mask_class[:, None] == mask_class[None, :]
-            if same.sum() > n:     # hash collisions: confirm equal classes exactly
-                same &= _equal_masks(pool, mask_class)
-        ok = (pairs | same) & np.tri(n, k=-1, dtype=bool).T       # u < j: rows u, columns j
+        # (F): |fresh(u)| <= alone(j), or identical bitmaps (looked for only where the
+        # first form fails for a pair that (R) may admit)
+        upper = np.tri(n, k=-1, dtype=bool).T                     # u < j: rows u, columns j
+        ok = (fresh[:, None] <= alone[None, :]) & upper
+        if (upper & ~ok & (p[:, None] >= p[None, :])).any():
+            ok |= _same_bitmaps(pool) & upper
         if not ok.any():
             return
         local = ok & (p[:, None] >= p[None, :])
@@ -156,6 +147,22 @@ def sums_are_exact(probs) -> bool:
     k = max(den.bit_length() - 1 for _num, den in ratios)      # every den is a power of 2
     total = (1 << k) + sum(num << (k - (den.bit_length() - 1)) for num, den in ratios)
     return total < (1 << 53)
+
+
+def _same_bitmaps(pool: Pool) -> np.ndarray:
+    """n × n: whether two nodes have the same bitmap."""
+    n = pool.n
+    if pool.packed is not None and pool.packed.shape[0] == n:
+        rows = np.ascontiguousarray(pool.packed)       # the bitmaps themselves
+        keys = rows.view(np.dtype((np.void, max(rows.shape[1], 1)))).ravel() \
+            if rows.shape[1] else np.zeros(n)
+        _, mask_class = np.unique(keys, return_inverse=True)
+        return mask_class[:, None] == mask_class[None, :]
+    _, mask_class = np.unique(np.asarray([hash(m) for m in pool.masks]), return_inverse=True)
+    same = mask_class[:, None] == mask_class[None, :]
+    if same.sum() > n:     # hash collisions: confirm equal classes exactly
+        same &= _equal_masks(pool, mask_class)
+    return same
 
 
 def _equal_masks(pool: Pool, mask_class: np.ndarray) -> np.ndarray:
