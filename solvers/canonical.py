@@ -261,7 +261,7 @@ class SearchState:
         rate = _RATES[kind]
         if time.perf_counter() + rate * (units + _FIXED[kind]) <= self.deadline:
             return True
-        _RATES[kind] = 0.95 * rate      # one slow step must not refuse all later ones
+        _RATES[kind] = 0.99 * rate      # one slow step must not refuse all later ones
         return False
 
     def learn(self, kind: str, units: float, seconds: float) -> None:

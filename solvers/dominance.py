@@ -22,11 +22,12 @@ strictly ahead of S: S is not the answer.  The same holds for R̂ − λT̂.
 (F) holds for every S with u and j as above when |fresh(u) \\ B_j| <= alone(j),
 fresh(u) being u's pairs that no ancestor of u holds and alone(j) the number of
 pairs that j holds and no other node holds freshly (``Cover.alone``).  Proof:
-u's ancestors are in S, so u adds at most |fresh(u) \\ B_j| pairs beyond
-U = ⋃_{S−j} B ∪ B_j, and each pair counted by alone(j) is held, in S, by j
-alone (every other holder descends from j, and j is a leaf), so removing j
-frees at least alone(j) pairs.  This module tests two cheap sufficient forms:
-|fresh(u)| <= alone(j), and B_u == B_j.
+with A = S − j and D = B_j \\ ⋃_A B (what j adds), F(S) = |⋃_A B| + |D|.  The
+alone(j) pairs lie in D and in no bitmap of A nor of u (any other holder of
+one descends from j; j is a leaf of S, and u is not below j), and u's pairs
+outside ⋃_A B are fresh in u (its ancestors are in A), so
+F(S') <= |⋃_A B| + (|D| − alone(j)) + |fresh(u) \\ B_j| <= F(S).  This module
+tests two cheap sufficient forms: |fresh(u)| <= alone(j), and B_u == B_j.
 
 (R) is about rounding: the canonical R̂ sums in ascending id order, and S and
 S' order their summands differently.  It holds
@@ -47,9 +48,12 @@ search state are exactly the u < j (j: the node being added) whose parent is
 in S and that the branch never adds: ``local`` applies to the nodes skipped at
 the current state (nothing was added after them), ``anywhere`` to all of them.
 A branch whose new node j is a leaf of the pool and is dominated so is pruned
-whole (every set in it holds j as a leaf and no u).  An inner node j is pruned
-when, moreover, every child of j is a leaf dominated by a skipped node (so j
-stays a leaf in every set of the branch).  Pruning a set that another set
+whole (every set in it holds j as a leaf and no u).  A dominated inner node j
+is pruned when a skipped node dominates every descendant of j anywhere
+(``below``: every set of the branch then has a dominated leaf at or below j);
+otherwise the branch keeps j with a *need* — its sets are dominated until one
+holds a child of j, so none is offered before, and the branch ends once the
+search passes j's last child without one.  Pruning a set that another set
 beats never removes the answer, which beats every set.
 
 Cost: O(n²) numpy work on n-vectors (the n × n comparisons of p, |fresh| and
@@ -71,7 +75,10 @@ class Dominance:
 
     ``local[j]``, ``anywhere[j]``: bitmasks over node ids u < j (bit u) that dominate
     j when skipped at the current search state, or at any state; ``leaf[j]``: j has
-    no child in the pool; ``any`` is False when no node dominates any other.
+    no child in the pool; ``below[j]``: the nodes that dominate every descendant of
+    j anywhere; ``sweep``: the nodes that dominate every later leaf locally
+    (``last_inner``: the last inner node); ``any`` is False when no node dominates
+    any other.
     """
 
     __slots__ = ("local", "anywhere", "leaf", "any", "below", "sweep", "last_inner")

@@ -31,10 +31,12 @@ Exact methods, all returning the unique winner of §3.3's tie rule:
   (``benchmarks/bench_solvers.py``).
 * :func:`select_exact` — a portfolio (``_exact``): that branch and bound for
   a small work budget (``_FAST_WORK``: it finishes within it on SpecFit's
-  pools); then the closure-bounded search of :mod:`solvers.lagrangian` for
-  ``_SEARCH_STATES`` states; then the MILP of :mod:`solvers.milp` on the nodes
-  that can still matter, for ``_MILP_SECONDS``; then both again with four
-  times the budget, until one finishes.  All are exact and return the same
+  pools); then the closure-bounded search of :mod:`solvers.lagrangian` (with
+  the exchange dominance of :mod:`solvers.dominance`) for ``_SEARCH_STATES``
+  states; then, on the nodes that can still matter, the MILP of
+  :mod:`solvers.milp` or, on small models, CP-SAT (:mod:`solvers.cpsat`), for
+  as long as the search has run; then the search again with four times the
+  states, and so on until one finishes.  All are exact and return the same
   tie-rule winner; ``Selection.method`` names the one that answered.
   ``time_limit`` counts from the call (``Selection.exact`` False and
   ``upper_bound`` certified when it stops the selection).

@@ -233,8 +233,7 @@ def finish(st: SearchState, sub: Pool, ids: list[int],
         target = 0.0 if st.lam is None else st.inc[0]
         status, nodes, bound = model.solve(lam, target - _WINDOW * (1.0 + st.inc[1]), exclude,
                                            left)
-        if status != "stopped":
-            st.learn("milp", model.size, time.perf_counter() - t0)
+        st.learn("milp", model.size, time.perf_counter() - t0)
         if status == "infeasible":
             return "exact", None
         if nodes is not None:
