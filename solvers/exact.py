@@ -61,7 +61,6 @@ import sys
 import time
 from functools import lru_cache
 
-from solvers import milp
 from solvers.canonical import (
     BRANCH_AND_BOUND,
     CLOSURE_SEARCH,
@@ -91,6 +90,7 @@ from solvers.cost import (
 )
 from solvers.errors import InvalidInput
 from solvers.lagrangian import credit_upper, prepare, useful_pool
+from solvers.milp import finish as milp_finish
 from solvers.pool import Pool, holder_classes
 
 __all__ = ["select_exact", "select_max_linear", "select_marginal", "enumerate_ratio",
@@ -166,7 +166,7 @@ def _portfolio(st: SearchState) -> Selection:
         outcome, bound, method = "gave up", None, order[0]
         for method in order:
             if method == MILP:
-                outcome, bound = milp.finish(st, sub, ids, seconds)
+                outcome, bound = milp_finish(st, sub, ids, seconds)
             elif classes <= _CPSAT_CLASSES:
                 outcome, bound = _cpsat(st, sub, ids, seconds)
             if outcome != "gave up" or st.expired():
