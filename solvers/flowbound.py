@@ -97,7 +97,7 @@ class Cover:
             up = par[at]
             above[at] = above[up] | packed[up]
         fresh = np.asarray(packed & ~above, dtype=np.uint8).reshape(-1)
-        nz = _nonzero_bytes(fresh)                       # the bits are sparse: expand only these
+        nz = np.flatnonzero(fresh != 0)                  # the bits are sparse: expand only these
         hit = np.flatnonzero(np.unpackbits(fresh[nz], bitorder="little").view(bool))
         byte = nz[hit >> 3]
         self.n = n
@@ -144,18 +144,6 @@ class Cover:
         new.alone = np.bincount(new.entry_node[holders[new.entry_pair] == 1],
                                 minlength=self.n).astype(np.float64)
         return new
-
-
-def _nonzero_bytes(data: np.ndarray) -> np.ndarray:
-    """Indices of the nonzero bytes of a uint8 array, scanned 8 bytes at a time."""
-    words = -(-data.size // 8)
-    padded = np.zeros(8 * words, dtype=np.uint8)
-    padded[:data.size] = data
-    hit = np.flatnonzero(padded.view(np.uint64))
-    if not hit.size:
-        return hit
-    idx = (8 * hit[:, None] + np.arange(8)).ravel()
-    return idx[padded[idx] != 0]
 
 
 def cover(pool: Pool) -> Cover:
