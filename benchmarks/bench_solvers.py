@@ -21,8 +21,9 @@ sensitive to other jobs on a shared machine), of:
 * ``select_exact`` on SpecFit's 18-node pools (K = 7) beside the same function at
   commit ``--baseline`` (its ``solvers`` package taken with ``git archive`` into a
   temporary directory and imported as ``solvers_baseline``), called alternately
-  on the same 400 pools, 5 rounds; and, as the noise floor of that ratio, the
-  baseline beside itself;
+  on the same 400 pools, 5 rounds; as the noise floor of that ratio, the
+  baseline beside itself; and the same on 100 EVICT-shaped pools (200
+  candidates, K = 32, offload and resident);
 * ``Pool.from_routes``; exact selection on SpecFit's 18-node pools (top-2
   expansion, depth 5, 48 layers x 128 experts, top-8 routes with parent-child
   overlap 0.6, K=7, A100 with-cache cost of App. B) by plain enumeration
@@ -227,22 +228,23 @@ def load_baseline(commit: str):
     return importlib.import_module("solvers_baseline")
 
 
-def side_by_side(label: str, arrays, first, second, rounds: int = 5) -> None:
+def side_by_side(label: str, arrays, first, second, K: int, b, beta: float,
+                 rounds: int = 5) -> None:
     """``first`` and ``second`` (each (Pool class, CostModel class, select_exact)) on the same
     pools, called alternately, each from a cold per-pool cache; the same answer is required."""
     pools = [(first[0].from_routes(*a), second[0].from_routes(*a)) for a in arrays]
-    costs = (first[1](B_A100_CACHE, BETA_A100_CACHE), second[1](B_A100_CACHE, BETA_A100_CACHE))
+    costs = (first[1](b, beta), second[1](b, beta))
     t1, t2 = [], []
     for rep in range(rounds):
         for i, (p1, p2) in enumerate(pools):
             p1._cache.clear()
             p2._cache.clear()
             if (i + rep) % 2:
-                dt1, s1 = timed(first[2], p1, 7, costs[0])
-                dt2, s2 = timed(second[2], p2, 7, costs[1])
+                dt1, s1 = timed(first[2], p1, K, costs[0])
+                dt2, s2 = timed(second[2], p2, K, costs[1])
             else:
-                dt2, s2 = timed(second[2], p2, 7, costs[1])
-                dt1, s1 = timed(first[2], p1, 7, costs[0])
+                dt2, s2 = timed(second[2], p2, K, costs[1])
+                dt1, s1 = timed(first[2], p1, K, costs[0])
             if (s1.nodes, s1.ratio) != (s2.nodes, s2.ratio):
                 raise SystemExit(f"{label}: the two disagree on pool {i}: {s1} vs {s2}")
             t1.append(dt1)
@@ -254,16 +256,22 @@ def side_by_side(label: str, arrays, first, second, rounds: int = 5) -> None:
 
 
 def baseline_rows(args, rng) -> None:
-    """18-node pools, K = 7: ``select_exact`` beside the baseline commit's (and the baseline
-    beside itself: the noise floor of the ratio)."""
+    """``select_exact`` beside the baseline commit's on SpecFit's 18-node pools (K = 7; and
+    the baseline beside itself: the noise floor of the ratio) and on EVICT-shaped pools
+    (200 candidates, K = 32, offload and resident)."""
     base = load_baseline(args.baseline)
     arrays = [random_pool_arrays(rng) for _ in range(60 if args.quick else 400)]
     new = (Pool, CostModel, select_exact)
     old = (base.Pool, base.CostModel, base.select_exact)
     side_by_side(f"18 nodes, K=7: select_exact / select_exact at {args.baseline}", arrays, new,
-                 old)
+                 old, 7, B_A100_CACHE, BETA_A100_CACHE)
     side_by_side(f"18 nodes, K=7: {args.baseline} / {args.baseline} (noise floor)", arrays, old,
-                 old)
+                 old, 7, B_A100_CACHE, BETA_A100_CACHE)
+    evict = [random_pool_arrays(rng, 200, 4, 8) for _ in range(20 if args.quick else 100)]
+    for name in ("offload", "resident"):
+        cost = family_cost(name, 32)
+        side_by_side(f"200 candidates, K=32, {name}: select_exact / at {args.baseline}", evict,
+                     new, old, 32, cost.b, cost.beta, rounds=1)
 
 
 def family_rows(args) -> None:
