@@ -272,6 +272,32 @@ def baseline_rows(args, rng) -> None:
         cost = family_cost(name, 32)
         side_by_side(f"200 candidates, K=32, {name}: select_exact / at {args.baseline}", evict,
                      new, old, 32, cost.b, cost.beta, rounds=1)
+    clique_rows(base, args)
+
+
+def clique_rows(base, args) -> None:
+    """Prop. 2's CLIQUE pools (gnp(14, 0.5), r = 5): every r-clique ties; process CPU time of
+    ``select_exact`` and of the baseline's, alternately, 3 rounds each."""
+    import networkx as nx
+
+    from solvers import clique_instance
+    for seed in range(2 if args.quick else 4):
+        inst = clique_instance(nx.gnp_random_graph(14, 0.5, seed=seed), 5)
+        old = base.clique_instance(nx.gnp_random_graph(14, 0.5, seed=seed), 5)
+        t_new, t_old = [], []
+        for _ in range(3):
+            for mine in (True, False):
+                pool = inst.pool if mine else old.pool
+                pool._cache.clear()
+                c0 = time.process_time()
+                sel = (select_exact if mine else base.select_exact)(
+                    pool, inst.K, inst.cost if mine else old.cost)
+                (t_new if mine else t_old).append(time.process_time() - c0)
+                if mine:
+                    method = sel.method
+        print(f"CLIQUE gnp(14, 0.5, seed {seed}), r = 5, {inst.pool.n} nodes, K = {inst.K}: "
+              f"select_exact median {statistics.median(t_new):.3f} s CPU ({method}), "
+              f"at {args.baseline} {statistics.median(t_old):.3f} s")
 
 
 def family_rows(args) -> None:

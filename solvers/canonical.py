@@ -195,7 +195,7 @@ class Late(Exception):
 #: seconds per unit of work of the steps that cannot look at the clock midway (a flow,
 #: the cover of a pool, ...), learned from the steps timed so far in this process, and
 #: the fixed part of each step in the same units
-_RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8, "milp": 2e-5}
+_RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8, "milp": 3e-6}
 _FIXED = {"cover": 20_000.0, "flow": 1_000.0, "trim": 10_000.0, "dominance": 20_000.0,
           "milp": 1_000.0}
 
@@ -253,13 +253,16 @@ class SearchState:
         """The λ of the incumbent: its ratio (Eq. 5) or the fixed λ."""
         return self.inc[0] if self.lam is None else self.lam
 
-    def affords(self, kind: str, units: float) -> bool:
-        """Whether a step of ``units`` work of this ``kind`` ends before the deadline, at the
-        slowest recent rate seen in this process (True without a deadline)."""
-        if self.deadline is None:
+    def affords(self, kind: str, units: float, until: float | None = None) -> bool:
+        """Whether a step of ``units`` work of this ``kind`` ends before the deadline (and
+        before ``until``, a ``time.perf_counter()`` instant), at the slowest recent rate
+        seen in this process (True without either)."""
+        end = self.deadline if until is None else (
+            until if self.deadline is None else min(until, self.deadline))
+        if end is None:
             return True
         rate = _RATES[kind]
-        if time.perf_counter() + rate * (units + _FIXED[kind]) <= self.deadline:
+        if time.perf_counter() + rate * (units + _FIXED[kind]) <= end:
             return True
         _RATES[kind] = 0.99 * rate      # one slow step must not refuse all later ones
         return False

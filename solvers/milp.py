@@ -226,14 +226,18 @@ def finish(st: SearchState, sub: Pool, ids: list[int],
         left = None if t_end is None else t_end - time.perf_counter()
         if left is not None and left <= 0:
             return "stopped", None
-        if not st.affords("milp", model.size):
+        if not st.affords("milp", model.size, t_end):
             return "stopped", None          # HiGHS's presolve and root LP would end too late
         t0 = time.perf_counter()
         # the incumbent's value at λ: 0 for the ratio (λ = its ratio), itself for R̂ − λT̂
         target = 0.0 if st.lam is None else st.inc[0]
         status, nodes, bound = model.solve(lam, target - _WINDOW * (1.0 + st.inc[1]), exclude,
                                            left)
-        st.learn("milp", model.size, time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        if status != "stopped" or left is None or took > 1.5 * left:
+            # a finished solve, or one that overran its limit (the presolve and root LP):
+            # not one that HiGHS's branch and bound stopped on time
+            st.learn("milp", model.size, took)
         if status == "infeasible":
             return "exact", None
         if nodes is not None:
