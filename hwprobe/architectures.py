@@ -27,6 +27,7 @@ This module imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 
@@ -68,6 +69,59 @@ _HYBRID = (
     "branches of a tree cannot share, so a tree cannot be verified in one forward"
 )
 
+# --------------------------------------------------------------------------
+# Fields of the published checkpoints' config.json that change the computation (not only the shapes).
+# Where each value was read is said beside it; transformers 5 spells rope_scaling as rope_parameters.
+# --------------------------------------------------------------------------
+# deepseek-ai/DeepSeek-V2-Lite config.json rope_scaling (copies in the code corpus: a transformers-5 dump of
+# the checkpoint's config and sglang's DeepSeek RoPE test hold the same values)
+DEEPSEEK_V2_LITE_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0,
+                         "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "mscale": 0.707, "mscale_all_dim": 0.707}
+# openai/gpt-oss-20b config.json rope_scaling (the same in gpt-oss-120b's, copied verbatim in the corpus)
+GPT_OSS_YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}
+# microsoft/Phi-3.5-MoE-instruct config.json rope_scaling (longrope): 64 short and 64 long factors (one per
+# rotary frequency of a 128-wide head), as reproduced in Ascend/MindSpeed-LLM
+# examples/mcore/phi35/pretrain_phi35_moe_ptd.sh; mscales 1.243163121016122; original length 4096
+PHI35_MOE_LONGROPE = {
+    "rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 4096,
+    "short_mscale": 1.243163121016122, "long_mscale": 1.243163121016122,
+    "short_factor": [
+        1.0, 1.0399999618530273, 1.0399999618530273, 1.0399999618530273, 1.0499999523162842, 1.0499999523162842,
+        1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842,
+        1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.059999942779541, 1.059999942779541,
+        1.0699999332427979, 1.0699999332427979, 1.0699999332427979, 1.0699999332427979, 1.1399999856948853,
+        1.159999966621399, 1.159999966621399, 1.159999966621399, 1.159999966621399, 1.1799999475479126,
+        1.1999999284744263, 1.3199999332427979, 1.3399999141693115, 1.3499999046325684, 1.3999998569488525,
+        1.4799998998641968, 1.4999998807907104, 1.589999794960022, 1.6499998569488525, 1.71999990940094,
+        1.8999998569488525, 1.9099998474121094, 1.9099998474121094, 1.9899998903274536, 1.9999998807907104,
+        1.9999998807907104, 2.009999990463257, 2.009999990463257, 2.009999990463257, 2.009999990463257,
+        2.009999990463257, 2.009999990463257, 2.009999990463257, 2.009999990463257, 2.009999990463257,
+        2.009999990463257, 2.009999990463257, 2.009999990463257, 2.009999990463257, 2.009999990463257,
+        2.009999990463257, 2.009999990463257, 2.009999990463257, 2.0999999046325684, 2.319999933242798,
+        2.419999837875366, 2.5899999141693115, 2.7899999618530273],
+    "long_factor": [
+        1.0199999809265137, 1.0299999713897705, 1.0399999618530273, 1.0499999523162842, 1.0499999523162842,
+        1.0499999523162842, 1.059999942779541, 1.059999942779541, 1.059999942779541, 1.059999942779541,
+        1.059999942779541, 1.059999942779541, 1.0999999046325684, 1.1799999475479126, 1.1799999475479126,
+        1.3700000047683716, 1.4899998903274536, 2.109999895095825, 2.8899998664855957, 3.9499998092651367,
+        4.299999713897705, 6.429999828338623, 8.09000015258789, 10.690000534057617, 12.050000190734863,
+        18.229999542236328, 18.84000015258789, 19.899999618530273, 21.420000076293945, 26.200000762939453,
+        34.28000259399414, 34.590003967285156, 38.730003356933594, 40.22000503540039, 42.54000473022461,
+        44.000003814697266, 47.590003967285156, 54.750003814697266, 56.19000244140625, 57.44000244140625,
+        57.4900016784668, 61.20000076293945, 61.540000915527344, 61.75, 61.779998779296875, 62.06999969482422,
+        63.11000061035156, 63.43000030517578, 63.560001373291016, 63.71000289916992, 63.92000198364258,
+        63.94000244140625, 63.94000244140625, 63.96000289916992, 63.980003356933594, 64.0300064086914,
+        64.0300064086914, 64.0300064086914, 64.04000854492188, 64.10000610351562, 64.19000244140625,
+        64.20999908447266, 64.75, 64.95999908447266],
+}
+# ibm-granite/granite-3.0-3b-a800m config.json: muP multipliers.  The checkpoint's own file was not readable
+# here; these are the Granite 3.0/3.1 MoE family's values as their configs' copies give them (e.g. the
+# 1b-a400m's), and attention_multiplier = 1/head_dim = 1/64 holds for the 3b-a800m's 1536/24-wide heads too
+GRANITE_MUP = dict(embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+                   logits_scaling=6.0)
+
 ARCHITECTURES: dict[str, Architecture] = {
     a.model_type: a
     for a in [
@@ -94,10 +148,12 @@ ARCHITECTURES: dict[str, Architecture] = {
                     num_experts_per_tok=8,
                     norm_topk_prob=True,
                     rms_norm_eps=1e-6,
-                    max_position_embeddings=40960,
+                    # Instruct-2507 (the checkpoint SpecFit and EVICT run): RoPE theta 1e7 and a
+                    # 262,144-token context (its config.json; the original Qwen3-30B-A3B has 1e6, 40,960)
+                    max_position_embeddings=262144,
                     tie_word_embeddings=False,
                     num_hidden_layers=48,
-                    rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                    rope_parameters={"rope_type": "default", "rope_theta": 1e7},
                 )
             },
             tested=(T_OFFLOAD, T_TREE, T_CLI),
@@ -224,7 +280,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                     routed_scaling_factor=1.0,
                     max_position_embeddings=163840,
                     tie_word_embeddings=False,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                    rope_parameters=DEEPSEEK_V2_LITE_YARN,
                 )
             },
             tested=(T_OFFLOAD, T_TREE, T_CLI),
@@ -277,7 +333,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                     max_position_embeddings=131072,
                     tie_word_embeddings=False,
                     swiglu_limit=7.0,
-                    rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+                    rope_parameters=GPT_OSS_YARN,
                 )
             },
             tested=(T_OFFLOAD, T_TREE, T_CLI),
@@ -307,7 +363,13 @@ ARCHITECTURES: dict[str, Architecture] = {
                     max_position_embeddings=131072,
                     sliding_window=None,
                     tie_word_embeddings=False,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                    # microsoft/Phi-3.5-MoE-instruct config.json: biased q/k/v/o projections and LM head
+                    # (their weights' shapes), router and input jitter 0.01 (training only), longrope
+                    attention_bias=True,
+                    lm_head_bias=True,
+                    router_jitter_noise=0.01,
+                    input_jitter_noise=0.01,
+                    rope_parameters=PHI35_MOE_LONGROPE,
                 )
             },
         ),
@@ -328,6 +390,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                     max_position_embeddings=4096,
                     tie_word_embeddings=True,
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                    **GRANITE_MUP,
                 )
             },
         ),
@@ -469,7 +532,8 @@ def resolve_named(name: str) -> tuple[str, dict] | None:
         for r, kw in a.real.items():
             m = re.fullmatch(re.escape(r) + r"-(\d+)layers?", name)
             if m and 1 <= int(m.group(1)) <= kw["num_hidden_layers"]:
-                return a.model_type, {**kw, "num_hidden_layers": int(m.group(1))}
+                # a deep copy: a config may normalise its rope_parameters in place
+                return a.model_type, {**copy.deepcopy(kw), "num_hidden_layers": int(m.group(1))}
     return None
 
 

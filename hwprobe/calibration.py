@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def union_of(routes: np.ndarray, rows) -> int:
     return int(sum(len(np.unique(routes[rows, layer])) for layer in range(routes.shape[1])))
 
 
-def _time_probe(model, backend, drafter, context, cache, root, sel, spec, clear: bool):
+def _time_probe(model, backend, drafter, context, cache, root, sel, spec, clear: bool, clock=time.perf_counter):
     device = next(model.parameters()).device
 
     def sync():
@@ -105,20 +105,20 @@ def _time_probe(model, backend, drafter, context, cache, root, sel, spec, clear:
 
     n = cache_length(cache)
     sync()
-    t0 = time.perf_counter()
+    t0 = clock()
     pool = build_pool(drafter, context, spec, sync)          # drafting is part of the cycle
     sync()
-    t1 = time.perf_counter()
+    t1 = clock()
     clear_ms = backend.clear() if clear else 0.0
     sub = pool.subset(sel)
-    t2 = time.perf_counter()
+    t2 = clock()
     o = tree_forward(model, cache, root, sub)
     v = greedy_verdict(sub, o.logits[0])
     sync()
-    t3 = time.perf_counter()
+    t3 = clock()
     compact_cache(cache, n, [0] + [1 + j for j in v.path])
     sync()
-    t4 = time.perf_counter()
+    t4 = clock()
     crop_cache(cache, n)                                     # restore the state
     copies = backend.collect().total_copies
     draft, verify, commit = (t1 - t0) * 1e3, (t3 - t2) * 1e3, (t4 - t3) * 1e3
@@ -127,8 +127,12 @@ def _time_probe(model, backend, drafter, context, cache, root, sel, spec, clear:
 
 def probe_states(model, backend, drafter, prompts: list[tuple[str, list[int]]], *,
                  boundaries=(0, 4, 8), sizes=range(8), repeats: int = 2, spec: PoolSpec = DEFAULT_SPEC,
-                 modes=(True, False), progress=None) -> list[ProbeRow]:
-    """Run the protocol; returns one row per timed probe (all repeats, both cache modes)."""
+                 modes=(True, False), progress=None, clock=time.perf_counter) -> list[ProbeRow]:
+    """Run the protocol; returns one row per timed probe (all repeats, both cache modes).
+
+    ``clock``: what times the probes (``hwprobe.live.pick_clock``: the wall clock, or on a shared CPU the
+    thread's CPU time).
+    """
     rows: list[ProbeRow] = []
     rule = select_top_k(7)
     feats = getattr(drafter, "needs_features", False)
@@ -149,7 +153,7 @@ def probe_states(model, backend, drafter, prompts: list[tuple[str, list[int]]], 
                     routes = rec.pop()
                 crop_cache(cache, n)
                 warm = prefix_tree(pool, min(len(pool), max(sizes)))
-                _time_probe(model, backend, drafter, context, cache, root, warm, spec, clear=False)
+                _time_probe(model, backend, drafter, context, cache, root, warm, spec, clear=False, clock=clock)
                 backend.collect()
                 for cached in modes:
                     for k in sizes:
@@ -160,7 +164,7 @@ def probe_states(model, backend, drafter, prompts: list[tuple[str, list[int]]], 
                             F = union_of(routes, sel)
                             for r in range(repeats):
                                 d, c, vms, cm, cp = _time_probe(model, backend, drafter, context, cache, root,
-                                                                sel, spec, clear=not cached)
+                                                                sel, spec, clear=not cached, clock=clock)
                                 rows.append(ProbeRow(f"{rid}@{cycle}", kind, k, cached, r, F,
                                                      d + c + vms + cm, d, vms, cm, c, cp))
                                 if progress is not None:
@@ -187,6 +191,8 @@ class Fit:
     beta: float
     points: int
     rmse_ms: float
+    missing: list[int] = field(default_factory=list)   # sizes k without a probe point (b_k not identified)
+    median_ms: float = 0.0                              # median of the fitted (repeat-averaged) probe times
 
 
 def fit_cost_model(rows: list[ProbeRow], cache: bool, sizes=range(8)) -> Fit:
@@ -210,4 +216,30 @@ def fit_cost_model(rows: list[ProbeRow], cache: bool, sizes=range(8)) -> Fit:
     A, y = np.asarray(A), np.asarray(y)
     coef, _ = nnls(A, y)
     resid = A @ coef - y
-    return Fit([float(x) for x in coef[:-1]], float(coef[-1]), len(y), float(np.sqrt(np.mean(resid ** 2))))
+    seen = sorted({k for (_, _, k) in groups})
+    return Fit([float(x) for x in coef[:-1]], float(coef[-1]), len(y), float(np.sqrt(np.mean(resid ** 2))),
+               missing=[k for k in sizes if k not in seen], median_ms=float(np.median(y)))
+
+
+def fit_problem(fit: Fit, mode: str) -> str | None:
+    """Why ``fit`` cannot give b_k (as ``simmoe fit`` refuses), or None: a size without probes, or b_k = 0.
+
+    A b_k with no probe point, or fitted to 0 (its points explained by β alone), is not identified
+    by the measurements (SpecFit App. B fits one intercept per size).
+    """
+    if fit.missing:
+        return (f"fit {mode}: no probe of size k = {', '.join(map(str, fit.missing))} (the pools were smaller): "
+                "b_k cannot be fitted; lower --max-k or use other prompts")
+    zero = [j for j, x in enumerate(fit.b) if not x > 0]
+    if zero:
+        return (f"fit {mode}: b_{zero[0]} came out 0 (the points with k = {zero[0]} are explained by beta "
+                "alone); measure more --repeats, --boundaries or prompts")
+    return None
+
+
+def noise_warning(fit: Fit, mode: str) -> str | None:
+    """A warning when the fit explains nothing: its rmse is above the median probe time."""
+    if fit.rmse_ms > fit.median_ms:
+        return (f"warning: the fit {mode} is noise: rmse {fit.rmse_ms:.3g} ms is above the median probe "
+                f"{fit.median_ms:.3g} ms; time with --clock cpu on a shared CPU, or use more --repeats")
+    return None

@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from hwprobe import __version__
+from simmoe.errors import SimmoeError
 
 COMMANDS = ["info", "models", "bandwidth", "record", "calibrate", "live", "selftest"]
 
@@ -54,9 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from simmoe.interrupt import acknowledge, interrupt_once
+
     try:
-        return int(args.func(args) or 0)
+        with interrupt_once():
+            return int(args.func(args) or 0)
     except HwprobeError as exc:
+        print(f"hwprobe {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except SimmoeError as exc:      # the simulator's checks (paths, profiles, traces): bad input too
         print(f"hwprobe {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except ModuleNotFoundError as exc:
@@ -70,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hwprobe {args.command}: error: no such file: {exc.filename}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        acknowledge()
         print(f"hwprobe {args.command}: interrupted", file=sys.stderr)
         return 130
 

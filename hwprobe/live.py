@@ -269,10 +269,6 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
     Cycles are timed with ``clock`` (:func:`pick_clock`).
     """
     device = next(model.parameters()).device
-
-    def sync():
-        return synchronize(device)
-    feats = getattr(drafter, "needs_features", False)
     n_limit = settings.max_new_tokens
     if settings.max_total_tokens is not None:
         n_limit = min(n_limit, settings.max_total_tokens - len(prompt_ids))
@@ -280,125 +276,26 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
             raise HwprobeError(f"request {request_id}: prompt of {len(prompt_ids)} tokens leaves no room "
                                f"under the {settings.max_total_tokens}-token limit")
     _, perf = pick_clock(clock, device)
-    from hwprobe.sampling import key_of, sample_token, sampled_verdict
+    from hwprobe.sampling import key_of
 
-    sampled, key = settings.temperature > 0, key_of(request_id)
-
-    def verdict(p, logits, t):
-        if sampled:
-            return sampled_verdict(p, logits, settings.temperature, settings.sampling_seed, key, t)
-        return greedy_verdict(p, logits)
-    cycles: list[LiveCycle] = []
-    copy_ms: list[float] = []
+    key = key_of(request_id)
     drafter.start(list(prompt_ids))
     with RouteRecorder(model) as rec:
-        backend.collect()
-        sync()
-        t0 = perf()
-        cache, out, root = prefill(model, list(prompt_ids), hidden_states=feats)
-        sync()
-        prefill_ms = (perf() - t0) * 1e3
-        if sampled:                                         # output position 0, drawn at the temperature
-            root = sample_token(out.logits[0, -1], settings.temperature, settings.sampling_seed, key, 0)
-        pr = rec.pop()
-        prefill_union = int(sum(len(np.unique(pr[:, layer])) for layer in range(pr.shape[1])))
-        snap = backend.collect()
-        pre_hits, pre_copies = list(snap.hits), list(snap.copies)
-        carry = [sum(snap.useful), sum(snap.wasted)]      # prefetches the prefill used or dropped: first cycle's
-        copy_ms += snap.copy_ms[:500]
-        if feats:
-            drafter.observe(list(prompt_ids), out)
-        tokens = [root]
-        if eos is not None and root == eos:
+        dec = _Decoder(model, backend, drafter, selector, rec, settings=settings, spec=spec,
+                       num_experts=num_experts, route_dtype=route_dtype, predictor=predictor, perf=perf, key=key,
+                       timeline=timeline)
+        prefill_ms, prefill_union, pre_hits, pre_copies = dec.start(prompt_ids)
+        if eos is not None and dec.root == eos:
             n_limit = 1
         t = 0
         while t < n_limit:
-            context = list(prompt_ids) + tokens
-            n = cache_length(cache)
-            tl = timeline
-            marks = [tl.now()] if tl is not None else None
-            if selector.drafts:
-                pool, level_ms = _grow_timed(drafter, context, spec, sync, perf,
-                                             (lambda m=marks, w=tl: m.append(w.now())) if tl is not None else None)
-                with cache_bypass(model):                   # the atlas: untimed, cache untouched
-                    atlas = tree_forward(model, cache, root, pool)
-                crop_cache(cache, n)
-                routes = rec.pop()
-                full = verdict(pool, atlas.logits[0], t)
-                view = _view(pool, routes, full.agree, row0 + t, num_experts, route_dtype, predictor)
-                t1 = perf()
-                w1 = tl.now() if tl is not None else 0.0
-                choice = selector.select(view)
-                select_ms = (perf() - t1) * 1e3
-                if tl is not None:
-                    tl.add("host", "select", "select", w1, tl.now())
-                nodes = sorted(int(j) for j in np.asarray(choice.nodes).tolist())
-                drafted = int(choice.drafted_levels)
-                sub = pool.subset(nodes)
-                draft_ms = float(sum(level_ms[:drafted]))
-                pool_size, pool_levels = len(pool), (max(pool.level) if len(pool) else 0)
-                if tl is not None:
-                    for d in range(drafted):
-                        tl.add("compute", f"draft level {d + 1}", "draft", marks[d], marks[d + 1], {"level": d + 1})
-            else:
-                sub, nodes, drafted, draft_ms, select_ms, level_ms = Pool(), [], 0, 0.0, 0.0, []
-                pool_size = pool_levels = 0
-            pf = {}
-            if settings.prefetch == "draft" and selector.drafts:     # hwprobe.prefetch: a block before verify
-                from hwprobe.prefetch import live_prefetch
-
-                pf = live_prefetch(backend, settings, view, drafted, sync, perf)
-                draft_ms += pf["prefetch_ms"]
-            if tl is not None:
-                tl.add_intervals(tl.intervals(backend))
-            pre = backend.collect()
-            sync()
-            t2 = perf()
-            w2 = tl.now() if tl is not None else 0.0
-            o = tree_forward(model, cache, root, sub, hidden_states=feats)
-            sync()
-            verify_ms = (perf() - t2) * 1e3
-            rec.pop()
-            grabbed = tl.intervals(backend) if tl is not None else None
-            snap = backend.collect()
-            if tl is not None:
-                tl.add("target forward", "verify", "forward", w2, tl.now(), {"tokens": 1 + len(nodes)})
-                tl.add_intervals(grabbed)
-                w3 = tl.now()
-            t3 = perf()
-            v = verdict(sub, o.logits[0], t)
-            rows = [0] + [1 + j for j in v.path]
-            compact_cache(cache, n, rows)
-            if feats:
-                drafter.observe(context, o, rows)
-            new = [sub.token[j] for j in v.path] + [v.next_root]
-            tokens = tokens + new
-            sync()
-            commit_ms = (perf() - t3) * 1e3
-            if tl is not None:
-                tl.add("compute", "commit", "commit", w3, tl.now())
-            if eos is not None and eos in tokens:
-                n_limit = min(n_limit, tokens.index(eos) + 1)
-            acc = len(v.path)
-            committed = min(1 + acc, n_limit - t)
-            if len(copy_ms) < 500:
-                copy_ms += snap.copy_ms[: 500 - len(copy_ms)]
-            cycles.append(LiveCycle(
-                request=index, position=t, row=row0 + t, pool_size=pool_size, pool_levels=int(pool_levels),
-                drafted_levels=drafted, selected=nodes, accepted=acc, committed=committed,
-                tokens=[int(x) for x in tokens[t:t + committed]], draft_ms=draft_ms, select_ms=select_ms,
-                verify_ms=verify_ms, commit_ms=commit_ms, hits=list(snap.hits), copies=list(snap.copies),
-                level_ms=level_ms, prefetch_ms=float(pf.get("prefetch_ms", 0.0)),
-                prefetched=int(pf.get("prefetched", 0)), useful=int(sum(snap.useful)) + carry[0],
-                wasted=int(sum(pre.wasted) + sum(snap.wasted)) + carry[1]))
-            carry = [0, 0]
+            n_limit, committed = dec.cycle(prompt_ids, t, n_limit, row0=row0, index=index, eos=eos)
             t += committed
-            root = tokens[t] if t < len(tokens) else v.next_root
             if progress is not None:
                 progress(committed)
-    output = [int(x) for x in tokens[:n_limit]]
+    output = [int(x) for x in dec.tokens[:n_limit]]
     ties = 0
-    if check and sampled:
+    if check and dec.sampled:
         sampled_check(model, list(prompt_ids), output, n_limit, eos, settings, key,
                       what=f"request {request_id} (selector {settings.selector})")
     elif check:
@@ -406,8 +303,176 @@ def live_request(model, backend, drafter, selector, prompt_ids: list[int], *, in
                               what=f"request {request_id} (selector {settings.selector})")
     return LiveRequest(index=index, request_id=str(request_id), dataset=dataset, prompt_len=len(prompt_ids),
                        output_len=n_limit, tokens=output, prefill_ms=prefill_ms, prefill_hits=pre_hits,
-                       prefill_copies=pre_copies, prefill_union=prefill_union, cycles=cycles,
-                       copy_ms=[float(x) for x in copy_ms], greedy_checked=bool(check), near_ties=ties)
+                       prefill_copies=pre_copies, prefill_union=prefill_union, cycles=dec.cycles,
+                       copy_ms=[float(x) for x in dec.copy_ms], greedy_checked=bool(check), near_ties=ties)
+
+
+@dataclass
+class _Drafted:
+    """One cycle's draft and selection (empty for a selector that does not draft)."""
+
+    sub: Pool
+    nodes: list[int]
+    drafted: int = 0
+    draft_ms: float = 0.0
+    select_ms: float = 0.0
+    level_ms: list[float] = field(default_factory=list)
+    pool_size: int = 0
+    pool_levels: int = 0
+    view: object = None
+
+
+class _Decoder:
+    """One request's state between cycles (KV cache, tokens, root) and the timed steps of a cycle."""
+
+    def __init__(self, model, backend, drafter, selector, rec, *, settings: LiveSettings, spec: PoolSpec,
+                 num_experts: int, route_dtype, predictor, perf, key: int, timeline):
+        self.model, self.backend, self.drafter, self.selector, self.rec = model, backend, drafter, selector, rec
+        self.settings, self.spec, self.num_experts = settings, spec, num_experts
+        self.route_dtype, self.predictor, self.perf, self.key, self.tl = route_dtype, predictor, perf, key, timeline
+        self.device = next(model.parameters()).device
+        self.feats = getattr(drafter, "needs_features", False)
+        self.sampled = settings.temperature > 0
+        self.cycles: list[LiveCycle] = []
+        self.copy_ms: list[float] = []
+        self.tokens: list[int] = []
+        self.carry = [0, 0]     # prefetches the prefill used or dropped: the first cycle's
+        self.cache = None
+        self.root = 0
+
+    def sync(self):
+        return synchronize(self.device)
+
+    def verdict(self, p, logits, t: int):
+        if self.sampled:
+            from hwprobe.sampling import sampled_verdict
+
+            return sampled_verdict(p, logits, self.settings.temperature, self.settings.sampling_seed, self.key, t)
+        return greedy_verdict(p, logits)
+
+    def start(self, prompt_ids: list[int]) -> tuple[float, int, list[int], list[int]]:
+        """The timed prefill: (ms, experts in its per-layer unions, hits, copies); sets the first root."""
+        self.backend.collect()
+        self.sync()
+        t0 = self.perf()
+        self.cache, out, root = prefill(self.model, list(prompt_ids), hidden_states=self.feats)
+        self.sync()
+        prefill_ms = (self.perf() - t0) * 1e3
+        if self.sampled:                                    # output position 0, drawn at the temperature
+            from hwprobe.sampling import sample_token
+
+            root = sample_token(out.logits[0, -1], self.settings.temperature, self.settings.sampling_seed,
+                                self.key, 0)
+        pr = self.rec.pop()
+        prefill_union = int(sum(len(np.unique(pr[:, layer])) for layer in range(pr.shape[1])))
+        snap = self.backend.collect()
+        self.carry = [sum(snap.useful), sum(snap.wasted)]
+        self.copy_ms += snap.copy_ms[:500]
+        if self.feats:
+            self.drafter.observe(list(prompt_ids), out)
+        self.root, self.tokens = root, [root]
+        return prefill_ms, prefill_union, list(snap.hits), list(snap.copies)
+
+    def cycle(self, prompt_ids: list[int], t: int, n_limit: int, *, row0: int, index: int,
+              eos) -> tuple[int, int]:
+        """The cycle at output position ``t``; returns (the output limit, cut at EOS, and positions committed)."""
+        context = list(prompt_ids) + self.tokens
+        n = cache_length(self.cache)
+        tl = self.tl
+        marks = [tl.now()] if tl is not None else None
+        d = self._draft_select(context, n, row0 + t, t, marks) if self.selector.drafts else _Drafted(Pool(), [])
+        pf = {}
+        if self.settings.prefetch == "draft" and self.selector.drafts:   # hwprobe.prefetch: a block before verify
+            from hwprobe.prefetch import live_prefetch
+
+            pf = live_prefetch(self.backend, self.settings, d.view, d.drafted, self.sync, self.perf)
+            d.draft_ms += pf["prefetch_ms"]
+        o, verify_ms, pre, snap, w3 = self._verify(d)
+        v, commit_ms = self._commit(d.sub, o, context, n, t, w3)
+        tokens = self.tokens
+        if eos is not None and eos in tokens:
+            n_limit = min(n_limit, tokens.index(eos) + 1)
+        acc = len(v.path)
+        committed = min(1 + acc, n_limit - t)
+        if len(self.copy_ms) < 500:
+            self.copy_ms += snap.copy_ms[: 500 - len(self.copy_ms)]
+        self.cycles.append(LiveCycle(
+            request=index, position=t, row=row0 + t, pool_size=d.pool_size, pool_levels=int(d.pool_levels),
+            drafted_levels=d.drafted, selected=d.nodes, accepted=acc, committed=committed,
+            tokens=[int(x) for x in tokens[t:t + committed]], draft_ms=d.draft_ms, select_ms=d.select_ms,
+            verify_ms=verify_ms, commit_ms=commit_ms, hits=list(snap.hits), copies=list(snap.copies),
+            level_ms=d.level_ms, prefetch_ms=float(pf.get("prefetch_ms", 0.0)),
+            prefetched=int(pf.get("prefetched", 0)), useful=int(sum(snap.useful)) + self.carry[0],
+            wasted=int(sum(pre.wasted) + sum(snap.wasted)) + self.carry[1]))
+        self.carry = [0, 0]
+        nxt = t + committed
+        self.root = tokens[nxt] if nxt < len(tokens) else v.next_root
+        return n_limit, committed
+
+    def _draft_select(self, context: list[int], n: int, row: int, t: int, marks) -> _Drafted:
+        """Draft the full pool (timed per level), its untimed atlas forward, and the selector's choice."""
+        tl = self.tl
+        pool, level_ms = _grow_timed(self.drafter, context, self.spec, self.sync, self.perf,
+                                     (lambda m=marks, w=tl: m.append(w.now())) if tl is not None else None)
+        with cache_bypass(self.model):                      # the atlas: untimed, cache untouched
+            atlas = tree_forward(self.model, self.cache, self.root, pool)
+        crop_cache(self.cache, n)
+        routes = self.rec.pop()
+        full = self.verdict(pool, atlas.logits[0], t)
+        view = _view(pool, routes, full.agree, row, self.num_experts, self.route_dtype, self.predictor)
+        t1 = self.perf()
+        w1 = tl.now() if tl is not None else 0.0
+        choice = self.selector.select(view)
+        select_ms = (self.perf() - t1) * 1e3
+        if tl is not None:
+            tl.add("host", "select", "select", w1, tl.now())
+        nodes = sorted(int(j) for j in np.asarray(choice.nodes).tolist())
+        drafted = int(choice.drafted_levels)
+        sub = pool.subset(nodes)
+        if tl is not None:
+            for d in range(drafted):
+                tl.add("compute", f"draft level {d + 1}", "draft", marks[d], marks[d + 1], {"level": d + 1})
+        return _Drafted(sub=sub, nodes=nodes, drafted=drafted, draft_ms=float(sum(level_ms[:drafted])),
+                        select_ms=select_ms, level_ms=level_ms, pool_size=len(pool),
+                        pool_levels=(max(pool.level) if len(pool) else 0), view=view)
+
+    def _verify(self, d: _Drafted):
+        """The timed tree forward over root + S: (output, ms, counters before, counters after, timeline mark)."""
+        tl = self.tl
+        if tl is not None:
+            tl.add_intervals(tl.intervals(self.backend))
+        pre = self.backend.collect()
+        self.sync()
+        t2 = self.perf()
+        w2 = tl.now() if tl is not None else 0.0
+        o = tree_forward(self.model, self.cache, self.root, d.sub, hidden_states=self.feats)
+        self.sync()
+        verify_ms = (self.perf() - t2) * 1e3
+        self.rec.pop()
+        grabbed = tl.intervals(self.backend) if tl is not None else None
+        snap = self.backend.collect()
+        w3 = 0.0
+        if tl is not None:
+            tl.add("target forward", "verify", "forward", w2, tl.now(), {"tokens": 1 + len(d.nodes)})
+            tl.add_intervals(grabbed)
+            w3 = tl.now()
+        return o, verify_ms, pre, snap, w3
+
+    def _commit(self, sub: Pool, o, context: list[int], n: int, t: int, w3: float):
+        """The verdict, KV compaction to the accepted path, the new tokens: (verdict, ms)."""
+        t3 = self.perf()
+        v = self.verdict(sub, o.logits[0], t)
+        rows = [0] + [1 + j for j in v.path]
+        compact_cache(self.cache, n, rows)
+        if self.feats:
+            self.drafter.observe(context, o, rows)
+        new = [sub.token[j] for j in v.path] + [v.next_root]
+        self.tokens = self.tokens + new
+        self.sync()
+        commit_ms = (self.perf() - t3) * 1e3
+        if self.tl is not None:
+            self.tl.add("compute", "commit", "commit", w3, self.tl.now())
+        return v, commit_ms
 
 
 def sampled_check(model, prompt: list[int], output: list[int], n: int, eos, settings: LiveSettings, key: int, *,

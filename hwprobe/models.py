@@ -84,6 +84,9 @@ def tiny_dir(kind: str) -> Path:
 def resolve_model_dir(spec: str, kind: str = "target") -> Path:
     """``tiny`` or a directory path → a checked model directory."""
     path = tiny_dir(kind) if spec == "tiny" else Path(spec)
+    if path.is_file():
+        raise HwprobeError(f"{str(path)!r} is a file; give a model directory (a folder with config.json "
+                           "and weights), or 'tiny'")
     if not path.is_dir():
         hint = " (the embedded tiny model has not been trained yet)" if spec == "tiny" else ""
         raise HwprobeError(f"model directory {str(path)!r} does not exist{hint}")
@@ -281,6 +284,12 @@ def load_causal_lm(path: Path, dtype: torch.dtype = torch.float32, attn_implemen
     return model.eval()
 
 
+def is_interface_experts(module) -> bool:
+    """Whether ``module`` is an experts module decorated with ``use_experts_implementation``."""
+    return (hasattr(module, "_is_expert_parallel") and hasattr(module, "is_transposed")
+            and hasattr(module, "has_gate") and callable(getattr(type(module), "_apply_gate", None)))
+
+
 def experts_modules(model) -> list[tuple[int, str, torch.nn.Module]]:
     """``(decoder layer index, module name, experts module)`` of every MoE layer, in order.
 
@@ -288,8 +297,6 @@ def experts_modules(model) -> list[tuple[int, str, torch.nn.Module]]:
     ``use_experts_implementation``; layers without one (DeepSeek's first
     dense layers, Jamba's dense layers, mlp_only_layers) are dense.
     """
-    from hwprobe.offload import is_interface_experts
-
     out = []
     for name, mod in model.named_modules():
         if is_interface_experts(mod):

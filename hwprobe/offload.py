@@ -56,6 +56,7 @@ from torch import nn
 
 from hwprobe.cli import HwprobeError
 from hwprobe.device import Timer, synchronize
+from hwprobe.models import experts_modules
 
 IMPL = "hwprobe_offload"
 
@@ -113,12 +114,6 @@ def register_interface() -> None:
     from transformers.integrations.moe import ExpertsInterface
 
     ExpertsInterface.register(IMPL, _dispatch)
-
-
-def is_interface_experts(module) -> bool:
-    """Whether ``module`` is an experts module decorated with ``use_experts_implementation``."""
-    return (hasattr(module, "_is_expert_parallel") and hasattr(module, "is_transposed")
-            and hasattr(module, "has_gate") and callable(getattr(type(module), "_apply_gate", None)))
 
 
 class ExpertLayout:
@@ -655,8 +650,6 @@ def install_offload(model, *, slots: int, device: torch.device, max_inflight: in
 
 def _install(model, *, slots, device, max_inflight, resident, streams, move: bool) -> OffloadBackend:
     """:func:`install_offload` with given streams (tests drive the CUDA path with simulated streams)."""
-    from hwprobe.models import experts_modules
-
     register_interface()
     timer = Timer(device)
     found = experts_modules(model)

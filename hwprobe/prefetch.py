@@ -34,7 +34,7 @@ def live_prefetch(backend, settings, view, drafted: int, sync, now) -> dict:
     ``view``: the selector's :class:`~simmoe.replay.selectors.PoolView`
     (predicted routes); ``drafted``: the levels the selector drafted.
     """
-    from simmoe.replay.prefetch import plan_draft_prefetch
+    from simmoe.replay.prefetch_policies import plan_draft_prefetch
 
     capacity = settings.slots if settings.slots > 0 else backend.layers[0].staging
     jobs = plan_draft_prefetch(backend.available(), backend.unused_prefetches(), capacity, view.root_routes,

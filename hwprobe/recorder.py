@@ -115,7 +115,7 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
     and every node gets p_T of its token and the target mass below it;
     agreement stays greedy (the target's argmax).
     """
-    from hwprobe.sampling import key_of, node_fields, sample_token
+    from hwprobe.sampling import key_of, sample_token
 
     key = key_of(request_id)
     device = next(model.parameters()).device
@@ -163,39 +163,11 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
             verify_ms = (time.perf_counter() - t1) * 1e3
             routes = rec.pop()
             v = greedy_verdict(pool, logits)
-            par_rows = torch.as_tensor([p + 1 for p in pool.parent], dtype=torch.long, device=logits.device)
-            if temperature > 0:
-                tprob, tcdf = node_fields(pool, logits, temperature)
-                rows["tcdf"].append(tcdf)
-            elif len(pool):
-                probs = torch.softmax(logits.index_select(0, par_rows).float(), -1)
-                tprob = probs.gather(1, torch.as_tensor(pool.token, device=probs.device)[:, None])[:, 0]
-                tprob = tprob.to("cpu").numpy()
-            else:
-                tprob = np.zeros(0, np.float32)
+            tprob = _target_probs(pool, logits, temperature, rows["tcdf"])
             compact_cache(cache, n, [0])            # keep the root only: output stays greedy AR
             if feats:
                 drafter.observe(context, o, [0])
-            snap = backend.collect()
-            rows["root_token"].append(root)
-            rows["root_routes"].append(routes[0])
-            rows["node_count"].append(len(pool))
-            rows["parent"] += pool.parent
-            rows["level"] += pool.level
-            rows["token"] += pool.token
-            rows["q"] += pool.q
-            rows["p"] += pool.p
-            rows["agree"].append(v.agree)
-            rows["tprob"].append(tprob)
-            rows["routes"].append(routes[1:])
-            lm = np.zeros(spec.depth, np.float32)
-            lm[: len(pool.level_ms)] = pool.level_ms
-            rows["draft"].append(lm)
-            rows["verify"].append(verify_ms)
-            rows["union"].append(union_size(routes))
-            rows["copies"].append(snap.total_copies)
-            if len(rows["copy_ms"]) < 1000:
-                rows["copy_ms"] += snap.copy_ms[: 1000 - len(rows["copy_ms"])]
+            _append_position(rows, root, pool, routes, v.agree, tprob, verify_ms, backend.collect(), spec.depth)
             if progress is not None:
                 progress(1)
             if eos is not None and root == eos:
@@ -203,10 +175,62 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
             root = (sample_token(logits[0], temperature, sampling_seed, key, t + 1) if temperature > 0
                     else int(v.argmax[0]))
             tokens.append(root)
-    L, k = prefill_union.shape[0], pr.shape[2]
-    cat = lambda xs, dt, shape=(0,): np.concatenate(xs).astype(dt) if xs else np.zeros(shape, dt)  # noqa: E731
+    return _request_record(rows, request_id=str(request_id), dataset=dataset, prompt_len=len(prompt_ids),
+                           prefill_union=prefill_union, prefill_ms=prefill_ms, prefill_copies=int(prefill_copies),
+                           top_k=pr.shape[2], sampled=temperature > 0)
+
+
+def _target_probs(pool, logits: torch.Tensor, temperature: float, tcdf_rows: list) -> np.ndarray:
+    """Each node's target probability of its token given its path (p_T at T > 0, whose CDF joins ``tcdf_rows``)."""
+    if temperature > 0:
+        from hwprobe.sampling import node_fields
+
+        tprob, tcdf = node_fields(pool, logits, temperature)
+        tcdf_rows.append(tcdf)
+        return tprob
+    if not len(pool):
+        return np.zeros(0, np.float32)
+    par_rows = torch.as_tensor([p + 1 for p in pool.parent], dtype=torch.long, device=logits.device)
+    probs = torch.softmax(logits.index_select(0, par_rows).float(), -1)
+    tprob = probs.gather(1, torch.as_tensor(pool.token, device=probs.device)[:, None])[:, 0]
+    return tprob.to("cpu").numpy()
+
+
+def _append_position(rows: dict[str, list], root: int, pool, routes: np.ndarray, agree, tprob: np.ndarray,
+                     verify_ms: float, snap, depth: int) -> None:
+    """Append one output position (root, full pool, routes, times, copies) to the request's columns."""
+    rows["root_token"].append(root)
+    rows["root_routes"].append(routes[0])
+    rows["node_count"].append(len(pool))
+    rows["parent"] += pool.parent
+    rows["level"] += pool.level
+    rows["token"] += pool.token
+    rows["q"] += pool.q
+    rows["p"] += pool.p
+    rows["agree"].append(agree)
+    rows["tprob"].append(tprob)
+    rows["routes"].append(routes[1:])
+    lm = np.zeros(depth, np.float32)
+    lm[: len(pool.level_ms)] = pool.level_ms
+    rows["draft"].append(lm)
+    rows["verify"].append(verify_ms)
+    rows["union"].append(union_size(routes))
+    rows["copies"].append(snap.total_copies)
+    if len(rows["copy_ms"]) < 1000:
+        rows["copy_ms"] += snap.copy_ms[: 1000 - len(rows["copy_ms"])]
+
+
+def _request_record(rows: dict[str, list], *, request_id: str, dataset: str, prompt_len: int,
+                    prefill_union: np.ndarray, prefill_ms: float, prefill_copies: int, top_k: int,
+                    sampled: bool) -> RequestRecord:
+    """The request's columns as arrays in the record's dtypes."""
+    L, k = prefill_union.shape[0], top_k
+
+    def cat(xs, dt, shape=(0,)):
+        return np.concatenate(xs).astype(dt) if xs else np.zeros(shape, dt)
+
     return RequestRecord(
-        request_id=str(request_id), dataset=dataset, prompt_len=len(prompt_ids),
+        request_id=request_id, dataset=dataset, prompt_len=prompt_len,
         prefill_union=prefill_union, prefill_ms=prefill_ms,
         root_token=np.asarray(rows["root_token"], np.int32),
         root_routes=np.stack(rows["root_routes"]).astype(np.int64),
@@ -219,8 +243,8 @@ def record_request(model, backend, drafter, prompt_ids: list[int], *, request_id
         draft_ms=np.stack(rows["draft"]).astype(np.float32),
         verify_ms=np.asarray(rows["verify"], np.float64), union=np.asarray(rows["union"], np.int64),
         copies=np.asarray(rows["copies"], np.int64), copy_ms=np.asarray(rows["copy_ms"], np.float64),
-        prefill_copies=int(prefill_copies),
-        node_target_cdf=cat(rows["tcdf"], np.float32) if temperature > 0 else None,
+        prefill_copies=prefill_copies,
+        node_target_cdf=cat(rows["tcdf"], np.float32) if sampled else None,
     )
 
 

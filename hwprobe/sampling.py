@@ -1,12 +1,12 @@
 """Sampled speculative decoding on a real model (temperature > 0), lossless in distribution.
 
-The rule is simmoe's (:mod:`simmoe.replay.sampling`; EVICT §2.1 Eq. 3,
+The rule is simmoe's (:mod:`simmoe.trace.verdicts`; EVICT §2.1 Eq. 3,
 EAGLE-2/3's ``evaluate_posterior``): at the node the path has reached, its
 verified children are accepted with probability p under the residual target
 distribution, which is the same as drawing one token y ~ p_T(· | path) and
 following y when it is a verified child, the bonus token being y otherwise.
 Here y is drawn by the inverse CDF of p_T in vocabulary order with the
-uniform of (seed, request, output position) — :func:`simmoe.replay.sampling.uniforms`,
+uniform of (seed, request, output position) — :func:`simmoe.trace.verdicts.uniforms`,
 the replay's own numbers — so:
 
 * the token of output position s is ``inverse_cdf(p_T(· | prefix), u_s)``
@@ -30,15 +30,15 @@ from hwprobe.tree import Verdict
 
 
 def key_of(request_id) -> int:
-    """The request's 64-bit key (simmoe's :func:`~simmoe.replay.sampling.request_key`)."""
-    from simmoe.replay.sampling import request_key
+    """The request's 64-bit key (simmoe's :func:`~simmoe.trace.verdicts.request_key`)."""
+    from simmoe.trace.verdicts import request_key
 
     return request_key(request_id)
 
 
 def uniform(seed: int, key: int, positions) -> np.ndarray:
     """simmoe's uniforms of (seed, request key, output positions)."""
-    from simmoe.replay.sampling import uniforms
+    from simmoe.trace.verdicts import uniforms
 
     return np.atleast_1d(uniforms(seed, np.uint64(key), np.asarray(positions, dtype=np.int64)))
 

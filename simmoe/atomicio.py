@@ -62,11 +62,68 @@ def write_atomic(path, write: Callable[[str], object]) -> Path:
 def check_writable(path) -> None:
     """Refuse, before any work, an output path that is a folder or lies in a missing folder."""
     path = Path(path)
+    if not str(path).strip() or str(path) == ".":
+        raise SimmoeError("cannot write an empty file name; give a file name")
     if path.is_dir():
         raise SimmoeError(f"cannot write {path}: it is a folder; give a file name")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise SimmoeError(f"cannot write {path}: folder {folder} does not exist")
+
+
+def check_outputs(outputs, *, stdout: tuple[str, ...] = (), suffixes: dict | None = None,
+                  folders: tuple[str, ...] = (), inputs=()) -> None:
+    """Check every output path of a command before it does any work; :class:`SimmoeError` names the flag.
+
+    ``outputs`` holds ``(flag, path)`` pairs (``path`` None: not asked for).
+    Refused: an empty name; ``-`` for a flag not in ``stdout``, or for two
+    flags at once (their texts would interleave on stdout); a file output that
+    is a folder (or a ``folders`` output that is a file); a missing parent
+    folder or one this process cannot write into; a name outside the flag's
+    ``suffixes`` (e.g. ``{"--out": (".parquet",)}``); two flags naming the
+    same file (one would silently overwrite the other); an output that is one
+    of the command's ``inputs``.
+    """
+    seen: dict[str, str] = {}
+    dashes = []
+    ins = {os.path.realpath(p): p for p in inputs if p and p != "-"}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        text = str(path)
+        if not text.strip():
+            raise SimmoeError(f"{flag}: empty file name")
+        if text == "-":
+            if flag not in stdout:
+                raise SimmoeError(f"{flag} needs a file name, not '-'")
+            dashes.append(flag)
+            if len(dashes) > 1:
+                raise SimmoeError(f"{dashes[0]} - and {flag} - would interleave on stdout: send one to a file")
+            continue
+        _check_one(flag, Path(text), folder=flag in folders, suffixes=(suffixes or {}).get(flag))
+        real = os.path.realpath(text)
+        if real in seen:
+            raise SimmoeError(f"{seen[real]} and {flag} both name {text}: one would overwrite the other")
+        if real in ins:
+            raise SimmoeError(f"{flag} {text}: is an input of this command; give another file name")
+        seen[real] = flag
+
+
+def _check_one(flag: str, path: Path, *, folder: bool, suffixes) -> None:
+    if folder:
+        if path.exists() and not path.is_dir():
+            raise SimmoeError(f"{flag} {path}: exists and is not a folder")
+    elif path.is_dir() or str(path) == "." or str(path).endswith(os.sep):
+        raise SimmoeError(f"{flag} {path}: is a folder; give a file name")
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise SimmoeError(f"{flag} {path}: give a name ending in {' or '.join(suffixes)}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise SimmoeError(f"{flag} {path}: folder {parent} {what}")
+    where = path if folder and path.is_dir() else parent   # a file is replaced by a rename in its folder
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise SimmoeError(f"{flag} {path}: no permission to write in {where}")
 
 
 def _temp_pattern(name: str) -> re.Pattern:
@@ -92,7 +149,8 @@ def remove_stale_temps(path) -> list[Path]:
     """
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    pattern, removed = _temp_pattern(path.name), []
+    pattern = _temp_pattern(path.name)
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:

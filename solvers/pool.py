@@ -238,7 +238,8 @@ class Pool:
 
     # -- construction -------------------------------------------------------------
     @classmethod
-    def from_routes(cls, parents: Sequence[int], probs: Sequence[float], root_routes,
+    def from_routes(cls, parents: Sequence[int] | np.ndarray, probs: Sequence[float] | np.ndarray,
+                    root_routes,
                     node_routes, num_experts: int) -> Pool:
         """Validate and build a pool.
 

@@ -39,14 +39,13 @@ def _one_error_line(capsys) -> str:
 @pytest.mark.parametrize("batch", ["1", "2"])
 def test_specfit_without_its_cost_model_exits_2_in_one_line_naming_the_physical_profile(
         evict_trace, capsys, monkeypatch, hardware, why, counterpart, batch):
-    import simmoe.replay.batch as batch_mod
     import simmoe.replay.engine as engine
 
-    def no_work(*a, **k):  # the refusal comes before any plan is computed
+    def no_work(*a, **k):  # the refusal comes before any stage of the replay runs
         raise AssertionError("replay work started")
 
-    monkeypatch.setattr(engine, "plan", no_work)
-    monkeypatch.setattr(batch_mod, "plan_batched", no_work)
+    for name in ("plan", "plan_stages", "Stages", "live_steps"):
+        monkeypatch.setattr(engine, name, no_work)
     assert _replay(evict_trace, hardware, "--batch", batch) == 2
     line = _one_error_line(capsys)
     assert why in line and f"--hardware {counterpart}" in line

@@ -26,9 +26,11 @@ def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.copysweep import STAND_IN, link_gbps, sweep
     from hwprobe.device import describe, pick_device
+    from simmoe.atomicio import check_outputs
 
     if args.expert_bytes < 1 or args.repeats < 1 or not 1 <= args.max_inflight <= 16:
         raise HwprobeError("--expert-bytes and --repeats must be >= 1, --max-inflight in 1..16")
+    check_outputs([("--json", args.json)])        # before the sweep, not after it
     device = pick_device(args.device)
     rows = sweep(device, args.expert_bytes, in_flight=tuple(range(1, args.max_inflight + 1)), repeats=args.repeats)
     print(f"device: {describe(device)}")

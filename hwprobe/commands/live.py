@@ -54,10 +54,10 @@ def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
     from hwprobe.session import checked_output
+    from simmoe.atomicio import check_outputs
 
     out = checked_output(args, "file")
-    if args.timeline is not None and Path(args.timeline).is_dir():
-        raise HwprobeError(f"--timeline {args.timeline}: is a folder, not a file")
+    check_outputs([("--out", args.out), ("--timeline", args.timeline)], inputs=(args.prompts,))
     from hwprobe.commands.record import check_sampling_args
 
     check_sampling_args(args)
@@ -159,6 +159,15 @@ def live(args, prompts, out: Path) -> str:
 
         timeline = LiveTimeline(s.device)
     geometry = moe_geometry(model, expert_bytes=s.backend.expert_bytes, name=s.loaded.name)
+    if profile is not None:    # the check simmoe replay makes: a profile's timing belongs to one model
+        from types import SimpleNamespace
+
+        from simmoe.replay.engine import check_profile_geometry
+
+        try:
+            check_profile_geometry(SimpleNamespace(geometry=geometry), profile, args.hardware)
+        except SimmoeError as exc:
+            raise HwprobeError(f"--hardware: {exc}".replace("the trace", "the model")) from None
     N = geometry.num_experts
     predictor = RoutePredictor(N, *predictor_args)
     eos = getattr(tok, "eos_token_id", None)

@@ -50,8 +50,10 @@ def run(args) -> int:
     from hwprobe.cli import HwprobeError
     from hwprobe.prompts import read_prompts
     from hwprobe.session import checked_output
+    from simmoe.atomicio import check_outputs
 
     out = checked_output(args, "trace file")
+    check_outputs([("--out", args.out)], inputs=(args.prompts,))
     check_sampling_args(args)
     if args.K < 1:
         raise HwprobeError("--K must be >= 1")

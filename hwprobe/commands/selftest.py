@@ -17,6 +17,8 @@ check fails, 2 for bad arguments.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 import time
 from pathlib import Path
@@ -65,6 +67,11 @@ def resolve_configs(name: str, layers: int) -> tuple[str, str, str]:
     return model_type, gpu, f"tiny-{model_type}"
 
 
+def _hushed(keep):
+    """The inner commands' "wrote FILE" lines, kept back when FILE is deleted at exit (no --keep)."""
+    return contextlib.nullcontext() if keep else contextlib.redirect_stdout(io.StringIO())
+
+
 def run(args) -> int:
     import torch
 
@@ -74,9 +81,11 @@ def run(args) -> int:
     from hwprobe.device import describe, pick_device
     from hwprobe.prompts import read_prompts
     from hwprobe.selfcheck import live_dtypes, offload_matrix, oom_probe
+    from simmoe.atomicio import check_outputs
 
     if args.layers < 1:
         raise HwprobeError(f"--layers must be >= 1, got {args.layers}")
+    check_outputs([("--keep", args.keep)], folders=("--keep",))
     model_type, gpu_config, cpu_config = resolve_configs(args.model, args.layers)
     device = pick_device(args.device)
     gpu = device.type == "cuda"
@@ -135,20 +144,25 @@ def run(args) -> int:
         return oom_probe(config, device, args.prompts, folder)
 
     def dtypes():
-        return live_dtypes(config, device, args.prompts, folder, tokens=16 if gpu else 6)
+        with _hushed(args.keep):
+            return live_dtypes(config, device, args.prompts, folder, tokens=16 if gpu else 6)
 
     with tempfile.TemporaryDirectory(prefix="hwprobe-selftest-") as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)
         trace_path, prof_path = folder / "selftest.parquet", folder / "selftest.toml"
         common = ["--config", config, "--device", str(device), "--prompts", args.prompts,
                   "--category", "math_reasoning", "--quiet"]
         slots = "48" if gpu else "4"
 
+        def quiet_main(argv):
+            with _hushed(args.keep):
+                return hw_main(argv)
+
         def record():
             from simmoe.trace.io import read_trace
-            rc = hw_main(["record", *common, "--limit", "2", "--max-new-tokens", "16" if gpu else "6",
-                          "--slots", slots, "--out", str(trace_path)])
+            rc = quiet_main(["record", *common, "--limit", "2", "--max-new-tokens", "16" if gpu else "6",
+                             "--slots", slots, "--out", str(trace_path)])
             if rc:
                 return False, f"record exited {rc}"
             tr = read_trace(trace_path)
@@ -164,8 +178,8 @@ def run(args) -> int:
 
         def calibrate():
             from simmoe.hardware.profile import load_profile
-            rc = hw_main(["calibrate", *common, "--limit", "1", "--boundaries", "0,2", "--repeats", "1",
-                          "--slots", slots, "--out", str(prof_path)])
+            rc = quiet_main(["calibrate", *common, "--limit", "1", "--boundaries", "0,2", "--repeats", "1",
+                             "--slots", slots, "--out", str(prof_path)])
             if rc:
                 return False, f"calibrate exited {rc}"
             p = load_profile(prof_path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from hwprobe.drafters import Drafter
+from hwprobe.drafters.base import Drafter
 from hwprobe.tree import cache_length, crop_cache, lm_forward, new_cache, tree_forward
 
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from hwprobe.cli import HwprobeError
-from hwprobe.drafters import Drafter
+from hwprobe.drafters.base import Drafter
 from hwprobe.tree import ancestor_matrix
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hwprobe.drafters import Drafter
+from hwprobe.drafters.base import Drafter
 
 
 class NGramDrafter(Drafter):

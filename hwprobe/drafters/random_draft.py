@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from hwprobe.drafters import Drafter
+from hwprobe.drafters.base import Drafter
 
 
 class RandomDrafter(Drafter):

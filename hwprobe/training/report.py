@@ -112,11 +112,17 @@ def _f(x: float, digits: int = 3) -> str:
 
 
 def render(m: dict) -> str:
-    man, loss, rt, ag = m["manifest"], m["losses"], m["routing"], m["agreement"]
+    """The report's markdown from the measurements (``reports/tiny-model/measurements.json``)."""
+    lines = _models_section(m) + _loss_section(m) + _routing_section(m["routing"])
+    lines += _union_section(m["routing"]) + _agreement_section(m["agreement"])
+    return "\n".join(lines)
+
+
+def _models_section(m: dict) -> list[str]:
+    man = m["manifest"]
     plan = man["plan"]
     t, d = plan["target"], plan["drafter"]
-    n, k = rt["trained"]["num_experts"], rt["trained"]["top_k"]
-    lines = [
+    return [
         "# The embedded tiny model: does it behave like a trained MoE?",
         "",
         "Regenerate: `python -m hwprobe.training.report` (reads `hwprobe/tiny/model/`; CPU, about a minute).",
@@ -149,6 +155,13 @@ def render(m: dict) -> str:
         " [hwprobe/tiny/model/training_log.json](../hwprobe/tiny/model/training_log.json)"
         " (shipped with the model, not copied here).",
         "",
+    ]
+
+
+def _loss_section(m: dict) -> list[str]:
+    man, loss = m["manifest"], m["losses"]
+    plan = man["plan"]
+    return [
         "## Held-out loss",
         "",
         f"Cross-entropy in nats per token over all {man['heldout_tokens']:,} held-out tokens "
@@ -165,6 +178,12 @@ def render(m: dict) -> str:
         f"Recorded at the end of training: target {_f(man['target']['heldout_ce'])}, drafter "
         f"{_f(man['drafter']['heldout_ce'])} (recomputed here after a save/load round trip).",
         "",
+    ]
+
+
+def _routing_section(rt: dict) -> list[str]:
+    n, k = rt["trained"]["num_experts"], rt["trained"]["top_k"]
+    lines = [
         "## Routing statistics, trained vs random init",
         "",
         f"Router top-{k} choices of {n} experts on the first {ROUTING_WINDOWS} held-out windows "
@@ -188,13 +207,18 @@ def render(m: dict) -> str:
     lines.append(f"| mean | {_f(a['reuse'])} | {_f(b['reuse'])} | {_f(a['entropy'])} | {_f(b['entropy'])} "
                  f"| {_f(a['top_eighth_share'])} | {_f(b['top_eighth_share'])} "
                  f"| {_f(a['max_over_mean_load'], 2)} | {_f(b['max_over_mean_load'], 2)} |")
+    return lines
+
+
+def _union_section(rt: dict) -> list[str]:
+    a, b = rt["trained"]["mean"], rt["random_init"]["mean"]
 
     def at(d: dict, key: str, t: int) -> float:
         v = d[key]
         return v[t] if t in v else v[str(t)]
 
     spans = sorted(int(t) for t in a["union_consecutive"])
-    lines += [
+    lines = [
         "",
         "### Expert-union growth",
         "",
@@ -212,6 +236,12 @@ def render(m: dict) -> str:
         "",
         "![union growth](tiny-model/union_growth.png)",
         "",
+    ]
+    return lines
+
+
+def _agreement_section(ag: dict) -> list[str]:
+    return [
         "## Greedy-draft agreement per position",
         "",
         f"{ag['prefixes']} held-out prefixes of {ag['prefix_len']} tokens; the drafter drafts a greedy chain "
@@ -229,7 +259,6 @@ def render(m: dict) -> str:
         "Raw numbers: [tiny-model/measurements.json](tiny-model/measurements.json).",
         "",
     ]
-    return "\n".join(lines)
 
 
 def write_report(model_dir: Path = DEFAULT_MODEL_DIR, out: Path = DEFAULT_OUT,

@@ -398,9 +398,7 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
     import torch
     import transformers
 
-    import hwprobe.tiny as tiny
     from hwprobe.drafters.eagle3 import Eagle3Drafter, save_head
-    from hwprobe.training.train_tiny import WarmupStableDecay
 
     if plan_name not in PLANS:
         raise TrainingError(f"unknown plan {plan_name!r}; known: {', '.join(PLANS)}")
@@ -424,6 +422,33 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
     rng = np.random.default_rng([seed, 5])
     held = data.heldout_windows()
     eval_windows = held[: plan.eval_windows]
+    rows, schedule, train_s = _train_loop(drafter, target, data, plan, opt, rng, eval_windows, minutes, say)
+    head.eval()
+    if "heldout" not in rows[-1]:          # cut short between evaluations
+        rows[-1]["heldout"] = heldout_metrics(drafter, target, eval_windows, plan)
+    manifest = _manifest(rows, drafter, cfg, data, plan, plan_name=plan_name, seed=seed, threads=threads,
+                         truncated=bool(schedule.cut_short), train_s=train_s, eval_windows=len(eval_windows))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with staged_folder(out) as tmp:
+        save_head(head, cfg, tmp)
+        t1 = time.monotonic()
+        manifest["acceptance"] = measure_acceptance(tmp, target, held[: plan.accept_windows], plan, dense)
+        manifest["acceptance_seconds"] = round(time.monotonic() - t1, 1)
+        manifest["size_bytes"] = sum(f.stat().st_size for f in tmp.iterdir())
+        manifest["seconds"] = round(time.monotonic() - t_start, 1)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        (tmp / "training_log.json").write_text(json.dumps(rows, separators=(",", ":")) + "\n")
+    return manifest
+
+
+def _train_loop(drafter, target, data, plan: Eagle3Plan, opt, rng, eval_windows, minutes: float, say):
+    """The training steps within the time budget: (per-step log rows, the schedule, seconds)."""
+    import torch
+
+    from hwprobe.training.train_tiny import WarmupStableDecay
+
+    head = drafter.head
     rows: list[dict] = []
     t0 = time.monotonic()
     schedule = WarmupStableDecay(plan, plan.steps, t0, t0 + 60 * minutes)
@@ -449,13 +474,19 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
                 + " ".join(f"{a:.3f}" for a in row["heldout"]["top1"]) + f" ({time.monotonic() - t0:.0f} s)")
         row["elapsed_s"] = round(time.monotonic() - t0, 2)
         rows.append(row)
-    train_s = time.monotonic() - t0
-    head.eval()
-    if "heldout" not in rows[-1]:          # cut short between evaluations
-        rows[-1]["heldout"] = heldout_metrics(drafter, target, eval_windows, plan)
+    return rows, schedule, time.monotonic() - t0
+
+
+def _manifest(rows: list[dict], drafter, cfg: dict, data, plan: Eagle3Plan, *, plan_name: str, seed: int,
+              threads: int, truncated: bool, train_s: float, eval_windows: int) -> dict:
+    """What the run was and what it reached (``manifest.json``; acceptance and sizes are added after saving)."""
+    import torch
+    import transformers
+
+    import hwprobe.tiny as tiny
 
     tail = rows[-min(len(rows), 50):]
-    manifest = {
+    return {
         "kind": KIND,
         "method": "EAGLE-3 (Li et al., 2025): fused low/mid/high target features, training-time test "
                   f"unrolled {plan.ttt_steps} steps, soft cross-entropy against the target's logits",
@@ -469,30 +500,18 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
         "draft_vocab": f"full target vocabulary ({cfg['draft_vocab_size']} tokens, d2t all zeros)",
         "train_tokens": len(data.train),
         "steps_done": len(rows),
-        "truncated": bool(schedule.cut_short),
+        "truncated": truncated,
         "train_seconds": round(train_s, 1),
-        "parameters": sum(p.numel() for p in head.parameters()),
+        "parameters": sum(p.numel() for p in drafter.head.parameters()),
         "final": {
             "train_ce_per_level_last_steps": np.mean([r["ce"] for r in tail], 0).round(4).tolist(),
             "train_top1_per_level_last_steps": np.mean([r["top1"] for r in tail], 0).round(4).tolist(),
             "heldout": rows[-1]["heldout"],
-            "heldout_slice": f"first {len(eval_windows)} held-out windows of {plan.seq_len} tokens",
+            "heldout_slice": f"first {eval_windows} held-out windows of {plan.seq_len} tokens",
         },
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "transformers": transformers.__version__},
     }
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with staged_folder(out) as tmp:
-        save_head(head, cfg, tmp)
-        t1 = time.monotonic()
-        manifest["acceptance"] = measure_acceptance(tmp, target, held[: plan.accept_windows], plan, dense)
-        manifest["acceptance_seconds"] = round(time.monotonic() - t1, 1)
-        manifest["size_bytes"] = sum(f.stat().st_size for f in tmp.iterdir())
-        manifest["seconds"] = round(time.monotonic() - t_start, 1)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        (tmp / "training_log.json").write_text(json.dumps(rows, separators=(",", ":")) + "\n")
-    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -256,9 +256,33 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
                                          progress=progress, lrs=lrs["drafter"])
     drafter_s = time.monotonic() - start - target_s
 
+    manifest = _manifest(data, plan, target, drafter, plan_name=plan_name, seed=seed, threads=threads,
+                         schedule_from=schedule_from, target_run=(target_rows, target_cut, target_s),
+                         drafter_run=(drafter_rows, drafter_cut, drafter_s))
+
+    with staged_folder(out) as tmp:
+        for name, model in (("target", target), ("drafter", drafter)):
+            model.save_pretrained(tmp / name, safe_serialization=True)
+            data.tokenizer.save_pretrained(tmp / name)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        (tmp / "training_log.json").write_text(
+            json.dumps({"target": target_rows, "drafter": drafter_rows}, separators=(",", ":")) + "\n")
+        plot_loss_curve(tmp / "loss_curve.png", {"target": target_rows, "drafter": drafter_rows},
+                        manifest["unigram_heldout_ce"], plan)
+    return manifest
+
+
+def _manifest(data: TokenData, plan: TrainPlan, target, drafter, *, plan_name: str, seed: int, threads: int,
+              schedule_from: Path | None, target_run: tuple, drafter_run: tuple) -> dict:
+    """What the run was and what it reached (``manifest.json``); ``*_run``: (log rows, cut short, seconds)."""
+    import torch
+    import transformers
+
+    target_rows, target_cut, target_s = target_run
+    drafter_rows, drafter_cut, drafter_s = drafter_run
     all_held = data.heldout_windows()
     check = data.heldout_windows(plan.check_windows)
-    manifest = {
+    return {
         "plan_name": plan_name,
         "plan": plan.as_dict(),
         "seed": seed,
@@ -287,17 +311,6 @@ def train(out: Path, *, plan_name: str = "tiny", seed: int = 0, minutes: float =
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "transformers": transformers.__version__},
     }
-
-    with staged_folder(out) as tmp:
-        for name, model in (("target", target), ("drafter", drafter)):
-            model.save_pretrained(tmp / name, safe_serialization=True)
-            data.tokenizer.save_pretrained(tmp / name)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        (tmp / "training_log.json").write_text(
-            json.dumps({"target": target_rows, "drafter": drafter_rows}, separators=(",", ":")) + "\n")
-        plot_loss_curve(tmp / "loss_curve.png", {"target": target_rows, "drafter": drafter_rows},
-                        manifest["unigram_heldout_ce"], plan)
-    return manifest
 
 
 def _logged_schedule(path: Path) -> dict[str, list[float]]:

@@ -50,24 +50,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    from simmoe.interrupt import acknowledge, interrupt_once
+
+    name = "simmoe"
     try:
-        return int(args.func(args) or 0)
+        with interrupt_once():      # from the start: a Ctrl-C while the commands load is one line too
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if not getattr(args, "func", None):
+                parser.print_help()
+                return 2
+            name = f"simmoe {args.command}"
+            return int(args.func(args) or 0)
     except SimmoeError as exc:
-        print(f"simmoe {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except CheckFailed as exc:
-        print(f"simmoe {args.command}: self-check failed (please report): {exc}", file=sys.stderr)
+        print(f"{name}: self-check failed (please report): {exc}", file=sys.stderr)
         return exc.exit_status
     except FileNotFoundError as exc:
-        print(f"simmoe {args.command}: error: no such file: {exc.filename}", file=sys.stderr)
+        print(f"{name}: error: no such file: {exc.filename}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"simmoe {args.command}: interrupted", file=sys.stderr)
+        acknowledge()
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -27,9 +27,10 @@ def register(sub) -> None:
         "the largest ratio without the size limit (parametric minimum cut).",
     )
     p.add_argument("trace", metavar="TRACE", help="trace file")
-    p.add_argument("--hardware", metavar="PROFILE", default=DEFAULT_PROFILE,
+    p.add_argument("--hardware", metavar="PROFILE", default=None,
                    help="hardware profile (name or path) whose cost coefficients b, beta are "
-                   f"used (default {DEFAULT_PROFILE})")
+                   f"used (default {DEFAULT_PROFILE}, or for a trace it cannot serve the physical profile "
+                   "of the trace's model, as simmoe replay)")
     p.add_argument("--slots", metavar="N", type=int, default=DEFAULT_SLOTS,
                    help="expert slots per layer: > 0 uses the coefficients fitted with the "
                    f"cache, 0 those fitted without it (default {DEFAULT_SLOTS})")
@@ -52,9 +53,16 @@ def run(args) -> int:
     return 0
 
 
-def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEFAULT_SLOTS,
+AR_ONLY_NOTE = ("AR-only trace: no draft trees, so every cycle verifies the root alone; the table is "
+                "degenerate (lambda* = Theta, no selection to compare)")
+
+
+def bound_report(path: str, *, hardware: str | None = DEFAULT_PROFILE, slots: int = DEFAULT_SLOTS,
                  requests: int | None = None, log=lambda msg: None) -> dict:
-    """Everything ``simmoe bound`` prints, as a JSON-able dict (``requests``: the first N only)."""
+    """Everything ``simmoe bound`` prints, as a JSON-able dict (``requests``: the first N only).
+
+    ``hardware`` None: the profile follows the trace (:mod:`simmoe.cli.defaults`).
+    """
     from simmoe.hardware.profile import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
@@ -68,7 +76,12 @@ def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEF
         from simmoe.trace.subset import head_requests
 
         trace = head_requests(trace, requests)
-    profile = load_profile(hardware)
+    if hardware is None:
+        from simmoe.cli.defaults import profile_for_trace
+
+        hardware, profile = profile_for_trace(trace, say=lambda msg: print(f"simmoe bound: {msg}", file=sys.stderr))
+    else:
+        profile = load_profile(hardware)
     name = profile.name
     cache = slots > 0  # the cache never changes selections, only which coefficients apply
     cost = profile.cost_model(cache)
@@ -98,6 +111,7 @@ def bound_report(path: str, *, hardware: str = DEFAULT_PROFILE, slots: int = DEF
         "cycle_source": "cursor walk over the trace (specfit, adaptive depth, exact routes)",
         "units": "lambda_star, theta, mean_rho_*: tokens per ms of predicted time",
         "table5": table.to_dict(),
+        **({"note": AR_ONLY_NOTE} if trace.num_nodes == 0 else {}),
     }
 
 
@@ -112,9 +126,9 @@ def _fmt(value) -> str:
 
 
 def print_table(report: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from simmoe.cli.console import make_console
     from simmoe.theory.table5 import ROWS
 
     label = "synthetic trace" if report["synthetic"] else f"{report['provenance']} trace"
@@ -128,4 +142,7 @@ def print_table(report: dict) -> None:
     for key, text, scale in ROWS:
         value = values[key]
         table.add_row(text, _fmt(value * scale if scale != 1 else value))
-    Console().print(table)
+    console = make_console(width=None, highlight=True)
+    console.print(table)
+    if report.get("note"):
+        console.print(f"Note: {report['note']}.")

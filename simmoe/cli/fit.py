@@ -53,15 +53,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from simmoe.atomicio import check_writable
+    from simmoe.atomicio import check_outputs
     from simmoe.hardware.profile import load_profile, save_profile
 
     out = Path(args.output)
     if out.suffix != ".toml":
         raise SimmoeError(f"output {out} must end in .toml")
-    if not (out.parent if str(out.parent) else Path(".")).is_dir():
-        raise SimmoeError(f"cannot write {out}: no such folder {out.parent}")
-    check_writable(out)
+    check_outputs([("--output", args.output)], inputs=(args.probes, args.trace, args.hardware))
     if args.trace and args.max_evaluations < 1:
         raise SimmoeError(f"--max-evaluations must be at least 1, got {args.max_evaluations}")
     base = load_profile(args.hardware)
@@ -100,7 +98,7 @@ def _fit_probes(args, base, name):
 
 
 def _fit_trace(args, base, name):
-    from simmoe.hardware.costfit import TIMING_PARAMS, copy_bounds, fit_timing, replay_simulator, table3_targets
+    from simmoe.fitting.timing_fit import TIMING_PARAMS, copy_bounds, fit_timing, replay_simulator, table3_targets
     from simmoe.trace.io import read_trace
 
     free = [f.strip() for f in args.free.split(",") if f.strip()]

@@ -54,8 +54,9 @@ def _validate(args) -> None:
         raise SimmoeError(f"--count must be at least 1, got {args.count}")
     if args.seed < 0:
         raise SimmoeError(f"--seed must be >= 0, got {args.seed}")
-    if args.write is not None and Path(args.write).exists() and not Path(args.write).is_dir():
-        raise SimmoeError(f"--write {args.write}: exists and is not a folder")
+    from simmoe.atomicio import check_outputs
+
+    check_outputs([("--write", args.write)], folders=("--write",))
 
 
 def run(args) -> int:
@@ -140,8 +141,9 @@ def _as_json(args, cases, written) -> dict:
 
 
 def _print_table(args, cases, written) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from simmoe.cli.console import make_console
 
     table = Table(title=f"Proposition 2 on synthetic CLIQUE instances: "
                         f"G({args.vertices}, {args.edge_prob:g}), r = {args.r}")
@@ -154,7 +156,7 @@ def _print_table(args, cases, written) -> None:
                       "yes" if c.reaches else "no", "yes" if c.clique else "no",
                       f"{1e3 * c.select_s:.2f}", f"{1e3 * c.clique_s:.2f}",
                       "yes" if c.agree else "[red]NO[/red]")
-    console = Console()
+    console = make_console(width=None, highlight=True)
     console.print(table)
     console.print("m: edges = pool nodes; ≥ θ: the exact selector's answer; clique: networkx's")
     for path in written:

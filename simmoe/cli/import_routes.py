@@ -69,7 +69,11 @@ def register(sub) -> None:
         default=0,
         help="bytes of one expert's weights (default 0: unknown)",
     )
-    p.add_argument("--model-name", default="", help="model name stored in the trace")
+    p.add_argument("--model", metavar="NAME",
+                   help="the catalogued model that wrote the log (simmoe models): its MoE layers, experts, "
+                        "top-k and expert bytes are the trace's geometry, a log that disagrees is refused, and "
+                        "the trace names the model (so replay's default profile follows it)")
+    p.add_argument("--model-name", default="", help="model name stored in the trace (without --model)")
     p.add_argument(
         "--dataset", default="imported", help="dataset name for every request (default imported)"
     )
@@ -95,7 +99,35 @@ def check_out(out: str) -> Path:
     return path
 
 
+def model_geometry(args):
+    """``(geometry keywords of import_routes, catalogue model or None)`` from the flags.
+
+    With ``--model`` the catalogue gives every field; a flag that disagrees
+    with it is refused.
+    """
+    given = {"num_layers": args.num_layers, "num_experts": args.num_experts, "top_k": args.top_k,
+             "expert_bytes": args.expert_bytes or None}
+    if args.model is None:
+        return {**given, "expert_bytes": args.expert_bytes, "model_name": args.model_name}, None
+    from simmoe.hardware.catalogue import load_model
+
+    spec = load_model(args.model)
+    if spec.dense:
+        raise SimmoeError(f"--model {args.model}: {spec.name} is a dense model; it routes no experts")
+    if args.model_name:
+        raise SimmoeError("--model names the model already; leave out --model-name")
+    want = {"num_layers": len(spec.moe_layers), "num_experts": spec.num_experts, "top_k": spec.top_k,
+            "expert_bytes": spec.expert_bytes}
+    for key, value in given.items():
+        if value is not None and value != want[key]:
+            raise SimmoeError(f"--{key.replace('_', '-')} {value} disagrees with --model {spec.key} "
+                              f"({want[key]}); leave it out")
+    return {**want, "model_name": spec.name, "moe_layers": spec.moe_layers,
+            "decoder_layers": spec.decoder_layers}, spec
+
+
 def run(args) -> int:
+    from simmoe.atomicio import check_outputs
     from simmoe.trace.importer import MAX_EXPERTS, MAX_LAYERS, RouteColumns, import_routes
     from simmoe.trace.io import write_trace
 
@@ -110,6 +142,8 @@ def run(args) -> int:
     if args.expert_bytes < 0:
         raise SimmoeError(f"--expert-bytes must not be negative, got {args.expert_bytes}")
     out = check_out(args.out)
+    check_outputs([("--out", args.out)], inputs=(args.file,))
+    geometry, spec = model_geometry(args)
     columns = RouteColumns(
         request=args.request_col,
         token=args.token_col,
@@ -118,18 +152,14 @@ def run(args) -> int:
         token_id=args.token_id_col,
         prefill=args.prefill_col,
     )
-    trace, report = import_routes(
-        args.file,
-        fmt=args.format,
-        columns=columns,
-        num_layers=args.num_layers,
-        num_experts=args.num_experts,
-        top_k=args.top_k,
-        expert_bytes=args.expert_bytes,
-        model_name=args.model_name,
-        dataset=args.dataset,
-        on_gap=args.on_gap,
-    )
+    try:
+        trace, report = import_routes(args.file, fmt=args.format, columns=columns, dataset=args.dataset,
+                                      on_gap=args.on_gap, **geometry)
+    except SimmoeError as exc:
+        if spec is None:
+            raise
+        raise SimmoeError(f"the log disagrees with {spec.name}'s geometry ({geometry['num_layers']} MoE layers x "
+                          f"{spec.num_experts} experts, top-{spec.top_k}): {exc}") from None
     write_trace(trace, out)  # atomic: nothing is left under OUT if it fails
     g = trace.geometry
     rows = "records" if report.layout == "records" else "token rows"

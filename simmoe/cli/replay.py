@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from simmoe.errors import SimmoeError
 
@@ -38,11 +38,17 @@ COLUMNS = {
     "request_tps": ("request\ntok/s", "{:.2f}", "output tokens per second including prefill"),
     "latency_p50_ms": ("latency\np50 ms", "{:,.0f}", "--batch: median request latency, admission to last token"),
     "latency_p99_ms": ("latency\np99 ms", "{:,.0f}", "--batch: 99th percentile of the request latency"),
+    "expert_reads_per_token": ("experts\nread/tok", "{:.1f}",
+                               "resident: expert weights read from HBM per output token, prefill included"),
+    "expert_mb_per_token": ("expert\nMB/tok", "{:,.0f}",
+                            "resident: megabytes of expert weights read from HBM per output token"),
 }
 COLUMNS.update(__import__("simmoe.cli.replay_prefetch", fromlist=["COLUMNS"]).COLUMNS)  # --prefetch
 DEFAULT_COLUMNS = ("decode_tps", "speedup", "committed", "draft_nodes", "ms_per_cycle",
                    "h2d_per_token", "hit_rate")
 WIDE_COLUMNS = DEFAULT_COLUMNS + ("mat", "cycles", "stopped_early_pct", "drafted_levels", "selector_ms")
+# the resident regime has no cache: what it reads from HBM instead of copies and hits
+RESIDENT_SWAP = {"h2d_per_token": "expert_reads_per_token", "hit_rate": "expert_mb_per_token"}
 NO_DRAFTER = ("draft_nodes", "drafted_levels", "selector_ms", "stopped_early_pct")  # "–" for AR
 
 
@@ -59,10 +65,11 @@ def legend(columns) -> str:
     return "\n".join(f"  {h:<{width}}  {COLUMNS[c][2]}" for h, c in zip(heads, columns))
 
 
-def parse_columns(spec: str | None, wide: bool) -> tuple[str, ...]:
-    """``--columns a,b`` (keys of :data:`COLUMNS`), ``--wide``, or the default set."""
+def parse_columns(spec: str | None, wide: bool, resident: bool = False) -> tuple[str, ...]:
+    """``--columns a,b`` (keys of :data:`COLUMNS`), ``--wide``, or the default set (for the regime)."""
     if spec is None:
-        return WIDE_COLUMNS if wide else DEFAULT_COLUMNS
+        cols = WIDE_COLUMNS if wide else DEFAULT_COLUMNS
+        return tuple(RESIDENT_SWAP.get(c, c) for c in cols) if resident else cols
     names = tuple(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
     if not names:
         raise SimmoeError("--columns: no column given")
@@ -83,7 +90,8 @@ def _selector_time_help() -> str:
 def register(sub) -> None:
     import argparse
 
-    from simmoe.replay.engine import CACHE_POLICIES, DEFAULT_PROFILE, TIMING_MODELS
+    from simmoe.replay import plugins
+    from simmoe.replay.engine import DEFAULT_PROFILE, TIMING_MODELS
     from simmoe.replay.selectors import DEFAULT_SELECTORS, SELECTORS
 
     p = sub.add_parser(
@@ -91,7 +99,8 @@ def register(sub) -> None:
         help="Replay a trace under selectors, cache and hardware profile",
         description="Replay a trace under each selector with an expert cache and print the "
         "paper's counters per selector.  Speedup is over AR without a cache on the same trace "
-        "and profile.\n\nSelectors:\n" + "\n".join(f"  {n:<14}{c.summary}" for n, c in SELECTORS.items()),
+        "and profile.\n\nSelectors (registered; an installed plugin's name or module:Name also works):\n"
+        + "\n".join(f"  {n:<{2 + max(map(len, SELECTORS))}}{getattr(c, 'summary', '')}" for n, c in SELECTORS.items()),
         epilog="Columns (default set; --wide adds cycles, stopped early, drafted levels, selector ms; "
                "--columns picks any):\n" + legend(tuple(COLUMNS)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -102,10 +111,17 @@ def register(sub) -> None:
                         f"(default: {','.join(DEFAULT_SELECTORS)})")
     p.add_argument("--slots", type=int, default=48,
                    help="expert cache slots per layer; 0 = no cache (default 48)")
-    p.add_argument("--cache", default="lru", choices=CACHE_POLICIES,
-                   help="cache policy (default lru)")
-    p.add_argument("--hardware", default=DEFAULT_PROFILE,
-                   help=f"hardware profile name or path (default {DEFAULT_PROFILE})")
+    p.add_argument("--cache", default="lru", metavar="POLICY",
+                   help=f"expert cache policy: {plugins.known('cache')}, an installed plugin's name or "
+                        "module:Name (default lru; ignored when experts are resident)")
+    p.add_argument("--cache-experts", type=int, default=None, metavar="E",
+                   help="one cache budget of E experts across all layers, spread as the policy ranks them "
+                        "(instead of --slots per layer; docs/caches.md)")
+    p.add_argument("--cache-mib", type=float, default=None, metavar="M",
+                   help="the same budget in MiB of expert weights (M MiB / the trace's bytes per expert)")
+    p.add_argument("--hardware", default=None,
+                   help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
+                        "the physical profile of the trace's model on the same GPU and link, said in one line)")
     p.add_argument("--route-accuracy", type=float, default=1.0, metavar="A",
                    help="accuracy of the simulated route predictor the selectors see "
                         "(SpecFit §4.6); 1 = exact routes (default)")
@@ -149,60 +165,123 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import os
-    from functools import partial
+    from simmoe.hardware.profile import profile_line
+    from simmoe.replay.engine import ar_baseline
 
+    st = _setup(args)
+    configs = [ar_baseline(st.base)] + [selector_config(st.base, n, st.fixed_ms, st.profile) for n in st.names]
+    console = _console(stderr=True)
+    (console if st.to_stdout else _console(stderr=False)).print(provenance_text(st.trace, args.trace,
+                                                                               st.base.requests))
+    out = _replay_all(st, configs, args, console)
+    rows, baseline = _rows(configs, out)
+    meta = {
+        "trace": str(args.trace), "synthetic": bool(st.trace.is_synthetic),
+        "provenance": st.trace.meta.get("provenance", {}), "config": config_dict(st.base, st.names),
+        "regime": "resident" if st.profile.resident else "offload",
+        "selector_time": _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock),
+        "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
+        **({"batch": st.base.batch} if st.base.batch > 1 else {}),
+        "prefetch": st.base.prefetch,
+    }
+    if st.prefetch is not None:
+        st.prefetch.finish(configs, out, meta)
+    _write_outputs(args, meta, rows, out[1:], st.base, st.trace.is_synthetic)
+    if not st.to_stdout:
+        stdout = _console(stderr=False)
+        table = results_table(rows, st.base, baseline, st.trace.is_synthetic, st.columns,
+                              _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock)
+                              + f"\nprofile {profile_line(st.profile)}", batch=st.base.batch,
+                              resident=st.profile.resident)
+        widen_for(stdout, table)
+        stdout.print(table)
+        stdout.print(legend(st.columns), highlight=False)
+    return 0
+
+
+@dataclass
+class _Setup:
+    names: list
+    base: object
+    fixed_ms: object
+    profile: object
+    trace: object
+    columns: tuple
+    prefetch: object
+    workers: int
+    to_stdout: bool
+
+
+def _setup(args) -> _Setup:
+    """Every check before any work: names, numbers, output paths, profile, trace, the setting's meaning."""
+    import os
+
+    from simmoe.cli.checks import check_replay_args
+    from simmoe.cli.defaults import follow_trace
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.batch import check_batch, replay_all_batched
-    from simmoe.replay.engine import ReplayConfig, ar_baseline, check_profile_geometry, replay_all
+    from simmoe.replay.config import ReplayConfig, check_batch, check_profile_geometry
+    from simmoe.replay.engine import check_setting
     from simmoe.replay.selectors import parse_selectors
     from simmoe.trace.io import read_trace
     from simmoe.trace.sampling import check_replay_temperature, check_temperature_value
 
     names = parse_selectors(args.selectors)
     temperature = check_temperature_value(args.temperature)
-    columns = parse_columns(args.columns, args.wide)
-    if temperature > 0 and args.columns is None and "mat" not in columns:
-        columns = columns[:columns.index("committed") + 1] + ("mat",) + columns[columns.index("committed") + 1:]
     fixed_ms = parse_selector_ms(args.selector_ms)
-    base = ReplayConfig(selector=names[0], slots=args.slots, cache=args.cache,
-                        hardware=args.hardware, route_accuracy=args.route_accuracy,
-                        selector_ms=fixed_ms if fixed_ms != "model" else None,
+    base = ReplayConfig(selector=names[0], slots=args.slots, cache=args.cache, hardware=args.hardware,
+                        route_accuracy=args.route_accuracy, selector_ms=fixed_ms if fixed_ms != "model" else None,
                         selector_clock=args.selector_clock, timing=args.timing, seed=args.seed,
-                        requests=args.requests, options=_options(args), temperature=temperature).validate()
+                        requests=args.requests, options=_options(args), temperature=temperature,
+                        batch=args.batch, prefetch=args.prefetch, cache_budget=args.cache_experts).validate()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
-    check_outputs(args.json, args.csv, args.cycles)
+    check_replay_args(args)  # the seed and every output path, before any work
     check_batch(args.batch, args.batch)
-    profile = load_profile(args.hardware)
+    profile = load_profile(args.hardware) if args.hardware is not None else None
     trace = read_trace(args.trace)
     check_replay_temperature(trace, temperature, args.trace)
-    check_profile_geometry(trace, profile, args.hardware)
+    profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
+                                                                                  file=sys.stderr))
+    check_profile_geometry(trace, profile, base.hardware)
+    from simmoe.replay.config import budget_experts
+
+    base = replace(base, cache_budget=budget_experts(args.cache_experts, args.cache_mib, trace)).validate()
     if base.requests is not None and base.requests > len(trace.requests):
         raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
                           f"request{'s' if len(trace.requests) != 1 else ''}")
-    batch = check_batch(args.batch, len(trace.requests) if base.requests is None else base.requests)
+    check_batch(args.batch, len(trace.requests) if base.requests is None else base.requests)
+    for n in names:
+        check_setting(trace, replace(base, selector=n), profile)
     from simmoe.cli.replay_prefetch import setup as prefetch_setup
 
-    prefetch = prefetch_setup(args, names, base, profile, trace, batch)  # None: the replay as without it
-    if prefetch is not None:
-        replay_all = prefetch.replay_all
-        if args.columns is None and prefetch.policy != "none":
-            columns = columns + prefetch.columns
-    to_stdout = "-" in (args.json, args.csv)
-    console = _console(stderr=True)
-    (console if to_stdout else _console(stderr=False)).print(provenance_text(trace, args.trace))
+    prefetch = prefetch_setup(args, names, base, profile)
+    return _Setup(names, base, fixed_ms, profile, trace, _columns(args, base, profile, prefetch), prefetch,
+                  workers, "-" in (args.json, args.csv))
 
-    configs = [ar_baseline(base)] + [selector_config(base, n, fixed_ms, profile) for n in names]
-    R = len(trace.requests) if base.requests is None else base.requests
-    if batch > 1:  # --batch 1: the per-request engine, as before
-        replay_all = partial(replay_all_batched, batch=batch)
-        if args.columns is None:
-            columns = columns + ("latency_p50_ms", "latency_p99_ms")
-    tokens = int(trace.requests.output_len[:R].sum())
+
+def _columns(args, base, profile, prefetch) -> tuple:
+    """The table's columns: ``--columns``, or the default (or wide) set for the regime and options."""
+    columns = parse_columns(args.columns, args.wide, resident=profile.resident)
+    if args.columns is not None:
+        return columns
+    if base.temperature > 0 and "mat" not in columns:
+        i = columns.index("committed") + 1
+        columns = columns[:i] + ("mat",) + columns[i:]
+    if prefetch is not None and prefetch.policy != "none":
+        columns = columns + prefetch.columns
+    if base.batch > 1:
+        columns = columns + ("latency_p50_ms", "latency_p99_ms")
+    return columns
+
+
+def _replay_all(st: _Setup, configs, args, console) -> list:
+    from simmoe.replay.engine import replay_all
+
+    R = len(st.trace.requests) if st.base.requests is None else st.base.requests
+    tokens = int(st.trace.requests.output_len[:R].sum())
     with _progress(console, disabled=args.no_progress) as progress:
-        what = (f"replaying {len(names)} selector{'s' if len(names) != 1 else ''} "
+        what = (f"replaying {len(st.names)} selector{'s' if len(st.names) != 1 else ''} "
                 "+ AR baseline (no cache)")
         task = progress.add_task(what, total=tokens * len(configs))
         state = {"tokens": 0, "configs": 0}
@@ -215,28 +294,10 @@ def run(args) -> int:
             state["configs"] += len(results)
             advance(0)
 
-        out = replay_all(trace, configs, {base.hardware: profile}, workers=workers,
-                         on_done=done, progress=advance)
-    rows, baseline = _rows(configs, out)
-    meta = {
-        "trace": str(args.trace), "synthetic": bool(trace.is_synthetic),
-        "provenance": trace.meta.get("provenance", {}), "config": base.to_dict(),
-        "selector_time": _selector_time_text(fixed_ms, profile, base.selector_clock),
-        "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
-        **({"batch": batch} if batch > 1 else {}),
-    }
-    if prefetch is not None:
-        meta["prefetch"] = prefetch.policy
-        prefetch.finish(configs, out, meta)
-    _write_outputs(args, meta, rows, out[1:], base, trace.is_synthetic)
-    if not to_stdout:
-        stdout = _console(stderr=False)
-        table = results_table(rows, base, baseline, trace.is_synthetic, columns,
-                              _selector_time_text(fixed_ms, profile, base.selector_clock), batch=batch)
-        widen_for(stdout, table)
-        stdout.print(table)
-        stdout.print(legend(columns), highlight=False)
-    return 0
+        pf = st.prefetch
+        return replay_all(st.trace, configs, {st.base.hardware: st.profile}, workers=st.workers,
+                          on_done=done, progress=advance, timeline=pf is not None and pf.timeline is not None,
+                          paired=pf is not None and pf.paired)
 
 
 def parse_selector_ms(text):
@@ -259,7 +320,7 @@ def selector_config(base, name: str, fixed_ms, profile):
     from simmoe.replay.selectors import SELECTORS
 
     if fixed_ms == "model":
-        ms = float(profile.selector_ms) if SELECTORS[name].uses_cost else 0.0
+        ms = float(profile.selector_ms) if getattr(SELECTORS[name], "uses_cost", False) else 0.0
         return replace(base, selector=name, selector_ms=ms)
     return replace(base, selector=name)
 
@@ -322,6 +383,13 @@ def _write_outputs(args, meta, rows, results, base, synthetic: bool) -> None:
         write_bytes_atomic(args.cycles, buf.getvalue())
 
 
+def config_dict(base, names) -> dict:
+    """The JSON's ``config``: the shared configuration, with every selector replayed (not only the first)."""
+    d = base.to_dict()
+    del d["selector"]
+    return {"selectors": list(names), **d}
+
+
 def _options(args) -> tuple:
     ddd, rho = float(args.ddd_threshold), float(args.coverage_rho)
     if not 0.0 <= ddd <= 1.0:
@@ -330,24 +398,6 @@ def _options(args) -> tuple:
     if not 0.0 < rho <= 1.0:
         raise SimmoeError(f"--coverage-rho {args.coverage_rho}: the coverage rho must be a fraction in (0, 1]")
     return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho}.items()))
-
-
-def check_outputs(json_out, csv_out, cycles_out) -> None:
-    """Refuse, before any work, outputs that cannot be written or would be mixed on stdout."""
-    from pathlib import Path
-
-    if cycles_out == "-":
-        raise SimmoeError("--cycles needs a file name (parquet), not '-'")
-    if json_out == "-" and csv_out == "-":
-        raise SimmoeError("--json - and --csv - would interleave on stdout: send one to a file")
-    for flag, path in (("--json", json_out), ("--csv", csv_out), ("--cycles", cycles_out)):
-        if not path or path == "-":
-            continue
-        if Path(path).is_dir():
-            raise SimmoeError(f"{flag} {path}: is a folder; give a file name")
-        parent = Path(path).resolve().parent
-        if not parent.is_dir():
-            raise SimmoeError(f"{flag} {path}: folder {parent} does not exist")
 
 
 def widen_for(console, table) -> None:
@@ -367,12 +417,9 @@ def _json_default(x):
 
 
 def _console(stderr: bool):
-    from rich.console import Console
+    from simmoe.cli.console import make_console
 
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:  # a file or a pipe: never squeeze the table
-        console = Console(stderr=stderr, highlight=False, width=200)
-    return console
+    return make_console(stderr=stderr, width=200)  # a file or a pipe: never squeeze the table
 
 
 class _NoProgress:
@@ -401,8 +448,11 @@ def _progress(console, disabled: bool):
                     TextColumn("tokens"), TimeElapsedColumn(), console=console, transient=True)
 
 
-def provenance_text(trace, path) -> str:
-    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first."""
+def provenance_text(trace, path, requests: int | None = None) -> str:
+    """A few lines (each under 100 columns) naming where the trace comes from; synthetic first.
+
+    ``requests``: the replay's ``--requests N``; fewer than the trace holds shows "N of M requests".
+    """
     import textwrap
 
     prov = trace.meta.get("provenance", {}) or {}
@@ -426,11 +476,18 @@ def provenance_text(trace, path) -> str:
     lines.append(f"trace {path}: {kind}")
     if details:
         lines += textwrap.wrap(details, width=96, initial_indent="  ", subsequent_indent="    ")
-    lines.append(f"  {len(trace.requests)} requests, {trace.num_positions:,} positions; "
+    lines.append(f"  {_requests_text(trace, requests)}; "
                  f"{g.name or 'model ?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}")
     lines.append(f"  pools: top-{shape.expand_topk} expansion, depth {shape.depth}, "
                  f"<= {shape.max_nodes} nodes, K = {shape.K}")
     return "\n".join(lines)
+
+
+def _requests_text(trace, requests: int | None) -> str:
+    M, P = len(trace.requests), trace.num_positions
+    if requests is None or requests >= M:
+        return f"{M} requests, {P:,} positions"
+    return f"{requests} of {M} requests, {int(trace.requests.output_len[:requests].sum()):,} positions"
 
 
 def format_value(key: str, fmt: str, value) -> str:
@@ -441,21 +498,44 @@ def format_value(key: str, fmt: str, value) -> str:
     return fmt.format(value)
 
 
+def display_name(spec: str) -> str:
+    """A selector's name in the table: a ``module:Name`` plugin by its own ``name``."""
+    if ":" not in spec:
+        return spec
+    from simmoe.replay import plugins
+
+    return str(plugins.load("selector", spec).name)
+
+
+def setting_text(config, resident: bool, batch: int) -> str:
+    """The stages a replay ran with, in words: residency, hardware, timing, verification, batch."""
+    if resident:
+        where = "resident experts (no cache)"
+    elif config.cache_active and config.cache_budget is not None:
+        where = f"{config.cache_budget} experts across layers, {config.cache} cache"
+    elif config.cache_active:
+        where = f"{config.slots} slots/layer, {config.cache} cache"
+    else:
+        where = "no cache"
+    if not resident and config.prefetch != "none":
+        where += f", prefetch {config.prefetch}"
+    return (f"{where}, {config.hardware}, {config.timing if not resident else 'physical'} timing"
+            + (f", temperature {config.temperature:g} (sampled, seed {config.seed})" if config.temperature > 0 else "")
+            + (f", route accuracy {config.route_accuracy:g}" if config.route_accuracy < 1 else "")
+            + (f", batch {batch} (continuous batching; tok/s aggregate)" if batch > 1 else ""))
+
+
 def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUMNS,
-                  selector_time: str = "", batch: int = 1):
+                  selector_time: str = "", batch: int = 1, resident: bool = False):
     """The terminal table: one row per selector, the chosen ``columns`` (keys of COLUMNS)."""
     from rich import box
     from rich.table import Table
 
-    title = (f"{'SYNTHETIC trace: ' if synthetic else ''}{config.slots} slots/layer, "
-             f"{config.cache if config.slots else 'no'} cache, {config.hardware}, "
-             f"{config.timing} timing"
-             + (f", temperature {config.temperature:g} (sampled, seed {config.seed})" if config.temperature > 0 else "")
-             + (f", route accuracy {config.route_accuracy:g}" if config.route_accuracy < 1 else "")
-             + (f", batch {batch} (continuous batching; tok/s aggregate)" if batch > 1 else ""))
-    caption = (f"baseline, AR without cache{f' at batch {batch}' if batch > 1 else ''}: "
-               f"{baseline['decode_tps']:.2f} tok/s, "
-               f"{baseline['ms_per_cycle']:.1f} ms/cycle, {baseline['h2d_per_token']:.1f} H2D/token"
+    title = f"{'SYNTHETIC trace: ' if synthetic else ''}{setting_text(config, resident, batch)}"
+    moved = (f"{baseline['expert_reads_per_token']:.1f} experts read/token" if resident
+             else f"{baseline['h2d_per_token']:.1f} H2D/token")
+    caption = (f"baseline, AR{'' if resident else ' without cache'}{f' at batch {batch}' if batch > 1 else ''}: "
+               f"{baseline['decode_tps']:.2f} tok/s, {baseline['ms_per_cycle']:.1f} ms/cycle, {moved}"
                + (f"\n{selector_time}" if selector_time else ""))
     table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, title_justify="left",
                   caption_justify="left")
@@ -469,5 +549,5 @@ def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUM
             if r["selector"] == "ar" and key in NO_DRAFTER:
                 v = None  # AR has no drafter and no selector
             cells.append(format_value(key, COLUMNS[key][1], v))
-        table.add_row(r["selector"], *cells)
+        table.add_row(display_name(r["selector"]), *cells)
     return table

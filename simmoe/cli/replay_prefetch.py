@@ -1,13 +1,13 @@
-"""`simmoe replay --prefetch POLICY` and `--timeline FILE`: the options, their checks, the run.
+"""`simmoe replay --prefetch POLICY` and `--timeline FILE`: the options, their checks, the timeline file.
 
 Kept apart from :mod:`simmoe.cli.replay`, which calls :func:`add_arguments`
-and :func:`setup`; without these options (and without a selector that
-selects from the cache state) ``simmoe replay`` runs exactly as before.
+and :func:`setup`; the replay itself is the engine's, for every setting.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 from simmoe.errors import SimmoeError
 
@@ -25,11 +25,10 @@ PREFETCH_COLUMNS = tuple(COLUMNS)
 
 
 def add_arguments(p) -> None:
-    from simmoe.replay.prefetch_policies import PREFETCH_POLICIES
-
     p.add_argument("--prefetch", default="none", metavar="POLICY",
-                   help="copy predicted experts ahead of the forward: " + ", ".join(PREFETCH_POLICIES)
-                        + " (default none; predictions from --route-accuracy's predictor; docs/prefetch.md)")
+                   help="copy predicted experts ahead of the forward: none (default), draft, next-layer, oracle, "
+                        "an installed plugin's name or module:Name (predictions from --route-accuracy's "
+                        "predictor; docs/prefetch.md)")
     p.add_argument("--no-time-saved", action="store_true",
                    help="--prefetch: skip the replay without prefetch that gives the time saved (about halves "
                         "the extra work; the saved column shows –)")
@@ -46,18 +45,6 @@ class PrefetchRun:
     timeline: str | None
     paired: bool = True
     columns: tuple = PREFETCH_COLUMNS
-    results: list = field(default_factory=list)
-
-    def replay_all(self, trace, configs, profiles, *, workers=1, on_done=None, progress=None):
-        """``simmoe.replay.engine.replay_all``'s contract; ``configs[0]`` is the AR baseline (no prefetch)."""
-        from simmoe.replay.prefetch import replay_all_prefetch
-
-        policies = ["none"] + [self.policy] * (len(configs) - 1)
-        out = replay_all_prefetch(trace, configs, profiles, policies, workers=workers,
-                                  timeline=self.timeline is not None, paired=self.paired,
-                                  on_done=on_done, progress=progress)
-        self.results = out
-        return out
 
     def finish(self, configs, out, meta: dict) -> None:
         """Write the timeline (every selector's replay, the baseline left out)."""
@@ -68,7 +55,7 @@ class PrefetchRun:
         processes = []
         for cfg, res in zip(configs[1:], out[1:], strict=True):
             label = (f"{cfg.selector} ({cfg.slots} slots, {cfg.cache if cfg.cache_active else 'no'} cache, "
-                     f"prefetch {self.policy})")
+                     f"prefetch {self.policy}" + (f", batch {cfg.batch})" if cfg.batch > 1 else ")"))
             processes.append((label, getattr(res, "timeline", None) or []))
         write_timeline(self.timeline, processes,
                        {"source": "simmoe replay (event model)", "time_unit": "ms from the replay's start",
@@ -76,30 +63,22 @@ class PrefetchRun:
                         "prefetch": self.policy, "requests": configs[0].requests})
 
 
-def setup(args, names, base, profile, trace, batch: int) -> PrefetchRun | None:
-    """Check ``--prefetch`` / ``--timeline`` (one line, exit 2); None when the default replay applies."""
-    from pathlib import Path
-
+def setup(args, names, base, profile) -> PrefetchRun | None:
+    """Check ``--prefetch`` / ``--timeline`` (one line, exit 2); None when neither is asked for."""
     from simmoe.replay.prefetch_policies import check_prefetch
-    from simmoe.replay.selectors import SELECTORS
 
     policy = check_prefetch(args.prefetch)
-    coupled = any(SELECTORS[n].uses_residency for n in names)
-    if policy == "none" and args.timeline is None and not coupled:
+    if policy == "none" and args.timeline is None:
         return None
-    from simmoe.replay.prefetch import check_prefetch_setting
     if args.timeline is not None:
         if args.requests is None:
             raise SimmoeError("--timeline needs --requests N: a timeline holds a few hundred events per "
                               "cycle, so keep it to a few requests")
         if Path(args.timeline).is_dir():
             raise SimmoeError(f"--timeline {args.timeline}: is a folder, not a file")
-        if batch > 1:
-            raise SimmoeError(f"--timeline is not combined with --batch {batch}")
         if profile.resident:
             raise SimmoeError(f"--timeline: profile {profile.name} is resident (no copies); the timeline "
                               "model covers offloaded experts")
-    check_prefetch_setting(policy, profile=profile, config=base, selectors=names, batch=batch, trace=trace)
-    if args.timeline is not None and base.timing != "event":
-        raise SimmoeError(f"--timeline needs --timing event, got {base.timing}")
+        if base.timing != "event":
+            raise SimmoeError(f"--timeline needs --timing event, got {base.timing}")
     return PrefetchRun(policy, args.timeline, paired=not args.no_time_saved)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from simmoe.errors import SimmoeError
@@ -33,6 +34,9 @@ def register(sub) -> None:
                    help="requests in tables/check-slice.csv, which a test recomputes (default 2)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes for the replays (default: the number of CPUs)")
+    p.add_argument("--quick", action="store_true",
+                   help="every table and figure on reduced grids and one request per trace (unless --requests): "
+                        "a first look in seconds; the index says QUICK")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -46,10 +50,41 @@ def run(args) -> int:
     settings = ReportSettings(requests=args.requests, hardware=args.hardware,
                               selector_ms=args.selector_ms,
                               check_requests=args.check_requests).validate()
+    if args.quick:
+        settings = settings.quicken()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
-    log = None if args.quiet else (lambda s: print(f"report: {s}", file=sys.stderr, flush=True))
-    written = build_report(list(args.traces), args.out, settings, workers=workers, log=log)
+    with _progress(len(args.traces), args.quiet) as log:
+        written = build_report(list(args.traces), args.out, settings, workers=workers, log=log)
     print(f"{len(written)} files -> {args.out}/ (index: {os.path.join(args.out, 'index.md')})")
     return 0
+
+
+@contextlib.contextmanager
+def _progress(traces: int, quiet: bool):
+    """``log(text, detail=False)`` for :func:`simmoe.report.build.build_report`: one progress bar.
+
+    On a terminal, one transient bar over every step of every trace, its
+    text the current step; elsewhere one line per step (no per-configuration
+    lines); nothing with ``--quiet``.
+    """
+    from rich.console import Console
+
+    from simmoe.report.build import STEPS
+
+    console = Console(stderr=True)
+    if quiet:
+        yield lambda text, detail=False: None
+    elif not console.is_terminal:
+        yield lambda text, detail=False: None if detail else print(f"report: {text}", file=sys.stderr, flush=True)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("report"), BarColumn(), MofNCompleteColumn(), TextColumn("steps  {task.description}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("", total=traces * STEPS)
+
+            def log(text, detail=False):
+                bar.update(task, description=text, advance=0 if detail else 1)
+            yield log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def _list(kind, text: str, convert):
 
 
 def register(sub) -> None:
+    from simmoe.cli.replay import _selector_time_help
     from simmoe.replay.engine import DEFAULT_PROFILE, TIMING_MODELS
     from simmoe.replay.selectors import DEFAULT_SELECTORS
 
@@ -30,7 +32,8 @@ def register(sub) -> None:
         description="Replay every combination of traces x selectors x slots x cache policies x "
         "hardware profiles x route accuracies in worker processes and write one tidy table "
         "(CSV or parquet by the output's extension), one row per configuration, with the "
-        "speedup over AR without a cache on the same trace and profile.")
+        "speedup over AR without a cache on the same trace and profile.  Ctrl-C keeps the rows "
+        "finished so far in OUT; rerunning the same command runs only the missing ones.")
     p.add_argument("traces", nargs="+", help="trace files (.parquet)")
     p.add_argument("-o", "--out", required=True, help="output table (.csv or .parquet)")
     p.add_argument("--selectors", default=",".join(DEFAULT_SELECTORS),
@@ -39,20 +42,24 @@ def register(sub) -> None:
     p.add_argument("--cache", default="lru",
                    help="comma-separated cache policies (default lru); at 0 slots there is no cache, "
                         "so the grid has one row there, with cache none")
-    p.add_argument("--hardware", default=DEFAULT_PROFILE,
-                   help=f"comma-separated profile names or paths (default {DEFAULT_PROFILE})")
+    p.add_argument("--hardware", default=None,
+                   help=f"comma-separated profile names or paths (default {DEFAULT_PROFILE}; for a trace it "
+                        "cannot replay, the physical profile of the trace's model, as simmoe replay)")
     p.add_argument("--route-accuracy", default="1", help="comma-separated accuracies (default 1)")
-    p.add_argument("--selector-ms", type=float, default=None, metavar="X",
-                   help="fixed selector time per cycle in ms (default: measured)")
+    p.add_argument("--selector-ms", default=None, metavar="X|measured", help=_selector_time_help())
     p.add_argument("--selector-clock", default="wall", choices=("wall", "cpu"),
                    help="clock of the measured selector time: wall (default, as the paper) or the "
                         "selecting thread's CPU time (not inflated by other processes)")
-    p.add_argument("--timing", default="event", choices=TIMING_MODELS)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timing", default="event", choices=TIMING_MODELS,
+                   help="forward timing model (default event; docs/replay.md)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of route prediction and timing draws (default 0)")
     p.add_argument("--requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of each trace")
-    p.add_argument("--ddd-threshold", type=float, default=0.3)
-    p.add_argument("--coverage-rho", type=float, default=0.7)
+    p.add_argument("--ddd-threshold", type=float, default=0.3,
+                   help="ddd: stop drafting when a level's path-probability mass is below this (default 0.3)")
+    p.add_argument("--coverage-rho", type=float, default=0.7,
+                   help="coverage: fraction of the top-K probability mass to verify (default 0.7)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: the number of CPUs; with --engine ray and no "
                         "--address, the CPUs of the local Ray runtime)")
@@ -67,90 +74,26 @@ def register(sub) -> None:
     p.add_argument("--show", type=int, default=40, metavar="N",
                    help="rows of the summary printed after the sweep (default 40; the file has all)")
     p.add_argument("--quiet", action="store_true", help="no summary table, only the last line")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import os
+    from simmoe.sweep.grid import SweepInterrupted
 
-    from simmoe.hardware.profile import load_profile
-    from simmoe.replay.selectors import parse_selectors
-    from simmoe.sweep.grid import (
-        Grid,
-        cached_trace,
-        check_output_path,
-        config_key,
-        read_table,
-        row_keys,
-        run_sweep,
-        write_table,
-    )
-
-    check_output_path(args.out)
-    if args.address is not None and args.engine != "ray":
-        raise SimmoeError("--address needs --engine ray")
-    if args.engine == "ray":
-        from simmoe.sweep.ray_engine import require_ray
-
-        require_ray()
-    for t in args.traces:
-        if not Path(t).is_file():
-            raise SimmoeError(f"no such trace file: {t}")
-    grid = Grid(
-        traces=tuple(args.traces),
-        selectors=tuple(parse_selectors(args.selectors)),
-        slots=_list("slots", args.slots, int),
-        caches=_list("cache", args.cache, str),
-        hardware=_list("hardware", args.hardware, str),
-        route_accuracy=_list("route-accuracy", args.route_accuracy, float),
-        selector_ms=args.selector_ms, selector_clock=args.selector_clock,
-        timing=args.timing, seed=args.seed, requests=args.requests,
-        options=tuple(sorted({"ddd_threshold": args.ddd_threshold,
-                              "coverage_rho": args.coverage_rho}.items())),
-    )
-    configs = grid.configs()  # validates every axis before any work
-    for hw in grid.hardware:
-        load_profile(hw)
-    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
-    if workers < 1:
-        raise SimmoeError(f"--workers must be at least 1, got {workers}")
-    for t in grid.traces:  # a bad trace fails here, with one line, not in a worker
-        cached_trace(str(t))
-
-    # a rerun keeps the rows already in the output and runs only the missing configurations
-    old = None
-    if Path(args.out).exists() and not args.overwrite:
-        old = read_table(args.out)
-        have = row_keys(old)
-        todo = [(p, c) for p, c in configs if config_key(p, c) not in have]
-        if len(todo) < len(configs):
-            print(f"sweep: {len(configs) - len(todo)} of {len(configs)} configurations already in "
-                  f"{args.out}; running {len(todo)}", file=sys.stderr)
-    else:
-        todo = configs
-    failures = []
-    if not todo:
-        frame = old
-    elif args.engine == "ray":
-        from simmoe.sweep.ray_engine import run_sweep_ray
-
-        def report(done, total, path, cfg, row, error):
-            state = (f"decode {row['decode_tps']:.2f} tok/s" if error is None else f"FAILED: {error}")
-            print(f"sweep: [{done}/{total}] {_what(path, cfg)}: {state}", file=sys.stderr, flush=True)
-
-        frame, failures = run_sweep_ray(grid, configs=todo, address=args.address,
-                                        num_cpus=args.workers, on_result=report)
-    else:
-        def progress(done, total):
-            print(f"\rsweep: {done}/{total} tasks", end="", file=sys.stderr, flush=True)
-
-        frame, failures = run_sweep(grid, workers=workers, progress=progress, configs=todo)
-        print(file=sys.stderr)
+    grid, configs, workers = _setup(args)
+    old, todo = _resume(args, configs)
+    try:
+        frame, failures = _run_todo(args, grid, todo, workers) if todo else (old, [])
+    except SweepInterrupted as stop:
+        return _save_interrupted(args, old, stop)
     if todo and old is not None and len(old):
         import pandas as pd
 
         frame = pd.concat([old, frame], ignore_index=True) if len(frame) else old
     if frame is not None and len(frame):
+        from simmoe.sweep.grid import write_table
+
         write_table(frame, args.out)
     synthetic = frame is not None and bool(len(frame)) and bool(frame["synthetic"].any())
     if frame is not None and len(frame) and not args.quiet:
@@ -166,6 +109,137 @@ def run(args) -> int:
     return 0
 
 
+def _setup(args):
+    """Every check before any work: ``(grid, configs, workers)``."""
+    import os
+
+    from simmoe.cli.checks import check_seed
+    from simmoe.cli.replay import parse_selector_ms
+    from simmoe.replay.selectors import parse_selectors
+    from simmoe.sweep.grid import Grid, cached_trace, check_output_path
+
+    check_output_path(args.out, inputs=args.traces)
+    check_seed(args.seed)
+    if args.address is not None and args.engine != "ray":
+        raise SimmoeError("--address needs --engine ray")
+    if args.engine == "ray":
+        from simmoe.sweep.ray_engine import require_ray
+
+        require_ray()
+    for t in args.traces:
+        if not Path(t).is_file():
+            raise SimmoeError(f"no such trace file: {t}")
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if workers < 1:
+        raise SimmoeError(f"--workers must be at least 1, got {workers}")
+    for t in args.traces:  # a bad trace fails here, with one line, not in a worker
+        cached_trace(str(t))
+    hardware, pairs = _hardware_axis(args)
+    ms = parse_selector_ms(args.selector_ms)
+    grid = Grid(
+        traces=tuple(args.traces), selectors=tuple(parse_selectors(args.selectors)),
+        slots=_list("slots", args.slots, int), caches=_list("cache", args.cache, str), hardware=hardware,
+        route_accuracy=_list("route-accuracy", args.route_accuracy, float),
+        selector_ms=ms, selector_clock=args.selector_clock,
+        timing=args.timing, seed=args.seed, requests=args.requests,
+        options=tuple(sorted({"ddd_threshold": args.ddd_threshold,
+                              "coverage_rho": args.coverage_rho}.items())),
+    )
+    configs = grid.configs()  # validates every axis (and loads every profile) before any work
+    if pairs is not None:     # each trace on the profile that follows it
+        configs = [(t, c) for t, c in configs if (t, c.hardware) in pairs]
+    return grid, configs, workers
+
+
+def _hardware_axis(args):
+    """``(profiles, pairs)``: the --hardware list and None, or without it each trace's own profile
+    (:mod:`simmoe.cli.defaults`) and the (trace, profile) pairs to keep."""
+    from simmoe.hardware.profile import load_profile
+    from simmoe.sweep.grid import cached_trace
+
+    if args.hardware is not None:
+        names = _list("hardware", args.hardware, str)
+        for hw in names:
+            load_profile(hw)
+        return names, None
+    from simmoe.cli.defaults import profile_for_trace
+
+    chosen = {str(t): profile_for_trace(cached_trace(str(t)), say=lambda s, t=t: print(
+        f"simmoe sweep: {Path(t).name}: {s}", file=sys.stderr))[0] for t in args.traces}
+    return tuple(dict.fromkeys(chosen.values())), set(chosen.items())
+
+
+def _resume(args, configs):
+    """``(old table or None, configurations still to run)``: a rerun keeps the rows already in OUT."""
+    from simmoe.sweep.grid import config_key, read_table, row_keys
+
+    if not Path(args.out).exists() or args.overwrite:
+        return None, configs
+    old = read_table(args.out)
+    have = row_keys(old)
+    todo = [(p, c) for p, c in configs if config_key(p, c) not in have]
+    if len(todo) < len(configs):
+        print(f"sweep: {len(configs) - len(todo)} of {len(configs)} configurations already in "
+              f"{args.out}; running {len(todo)}", file=sys.stderr)
+    return old, todo
+
+
+def _run_todo(args, grid, todo, workers):
+    """``(frame, failures)`` of the configurations ``todo`` on the chosen engine."""
+    if args.engine == "ray":
+        from simmoe.sweep.ray_engine import run_sweep_ray
+
+        def report(done, total, path, cfg, row, error):
+            state = (f"decode {row['decode_tps']:.2f} tok/s" if error is None else f"FAILED: {error}")
+            print(f"sweep: [{done}/{total}] {_what(path, cfg)}: {state}", file=sys.stderr, flush=True)
+
+        return run_sweep_ray(grid, configs=todo, address=args.address, num_cpus=args.workers,
+                             on_result=report)
+    from simmoe.sweep.grid import run_sweep
+
+    with _progress_bar(args.no_progress) as bar:
+        return run_sweep(grid, workers=workers, progress=bar, configs=todo)
+
+
+@contextlib.contextmanager
+def _progress_bar(disabled: bool):
+    """A ``progress(done, total)`` callback drawing one transient bar on stderr (a terminal only)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if disabled or not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("sweep", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _save_interrupted(args, old, stop) -> int:
+    """Ctrl-C: keep the rows finished so far (with those already in OUT) for a rerun; one line, 130."""
+    from simmoe.sweep.grid import write_table
+
+    frame = stop.frame
+    if old is not None and len(old):
+        import pandas as pd
+
+        frame = pd.concat([old, frame], ignore_index=True) if len(frame) else old
+    kept = len(stop.frame)
+    if kept and args.overwrite and Path(args.out).exists():   # the previous rows are not replaced by a part
+        print(f"simmoe sweep: interrupted; {kept} of {stop.total} configurations finished, not written: "
+              f"--overwrite leaves {args.out} as it was", file=sys.stderr)
+        return 130
+    if kept:
+        write_table(frame, args.out)
+    print(f"simmoe sweep: interrupted; {kept} of {stop.total} configurations "
+          + (f"kept in {args.out}: the same command runs the rest" if kept else "finished, nothing written"),
+          file=sys.stderr)
+    return 130
+
+
 SUMMARY_COLUMNS = (  # (column of the table, header, format)
     ("decode_tps", "decode tok/s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
     ("committed", "committed", "{:.2f}"), ("ms_per_cycle", "ms/cycle", "{:.1f}"),
@@ -176,8 +250,9 @@ SUMMARY_COLUMNS = (  # (column of the table, header, format)
 def print_summary(frame, *, limit: int = 40) -> None:
     """The sweep's rows, compactly: what varies across the grid, then the main counters."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from simmoe.cli.console import make_console
 
     axes = [c for c in ("trace", "selector", "slots", "cache", "hardware", "route_accuracy")
             if c in frame.columns and (c == "selector" or frame[c].nunique() > 1)]
@@ -194,9 +269,7 @@ def print_summary(frame, *, limit: int = 40) -> None:
             v = row.get(key)
             cells.append("–" if v is None or v != v else fmt.format(v))
         table.add_row(*cells)
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=200)
+    console = make_console(width=200)
     console.print(table)
     if len(frame) > limit:
         console.print(f"({len(frame) - limit} more rows in the table file; --show N prints more)")

@@ -126,63 +126,14 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from dataclasses import replace
-
-    from simmoe.synth import PRESETS, generate, preset
+    from simmoe.synth import generate, preset
     from simmoe.synth.stats import replay_eagle3
 
     if args.calibration_report:
-        if args.out or args.preset:
-            raise SimmoeError("--calibration-report regenerates both presets; "
-                              "do not combine it with --preset/--out")
-        from simmoe.atomicio import check_writable
-        from simmoe.synth.calibration import write_report
-
-        try:
-            check_writable(args.calibration_report)
-        except SimmoeError as exc:
-            raise SimmoeError(f"--calibration-report: {exc}") from None
-        write_report(args.calibration_report, seed=args.seed,
-                     log=lambda s: print(s, file=sys.stderr))
-        print(f"wrote {args.calibration_report}")
-        return 0
-    if not args.preset:
-        raise SimmoeError("--preset is required (" + ", ".join(PRESETS) + ")")
-    if not args.out and not args.json:
-        raise SimmoeError("nothing to write: give --out PATH and/or --json FILE")
-    if args.out and not str(args.out).endswith(".parquet"):
-        raise SimmoeError(f"--out {args.out}: trace files end in .parquet")
-    from simmoe.atomicio import check_writable
-
-    for flag, out in (("--out", args.out), ("--json", args.json)):
-        if out and out != "-":
-            try:
-                check_writable(out)
-            except SimmoeError as exc:
-                raise SimmoeError(f"{flag}: {exc}") from None
-    if args.requests is not None and args.requests < 1:
-        raise SimmoeError(f"--requests {args.requests}: must be at least 1")
-    if args.seed < 0:
-        raise SimmoeError(f"--seed {args.seed}: must be non-negative")
-    from simmoe.trace.sampling import check_temperature_value
-
-    temperature = check_temperature_value(args.temperature)
+        return _calibration_report(args)
+    temperature = _check(args)
     pr = preset(args.preset)
-    overrides = {f: getattr(args, f) for f, _, _ in OVERRIDES.values() if getattr(args, f) is not None}
-    pool = {f: getattr(args, f"pool_{f}") for f, _ in POOL_FLAGS.values()
-            if getattr(args, f"pool_{f}") is not None}
-    params = pr.params.with_(**overrides)
-    if pool:
-        params = params.with_(pool=replace(params.pool, **pool))
-        overrides.update({f"pool.{k}": v for k, v in pool.items()})
-    fitted_to = pr.fitted_to
-    if args.model:
-        from simmoe.hardware.catalogue import load_model, with_model
-
-        params, fitted_to = with_model(params, fitted_to, load_model(args.model), pr.name)
-    if overrides:
-        fitted_to += ("then modified by hand: " + ", ".join(
-            f"{k}={v}" for k, v in sorted(overrides.items())),)
+    params, fitted_to = _params(args, pr)
     bar, update = _progress(not args.no_progress and sys.stderr.isatty())
     t0 = time.perf_counter()
     if bar is not None:
@@ -213,6 +164,71 @@ def _run(args) -> int:
         "generate_seconds": round(seconds, 2),
         "out": args.out,
     }
+    _write_summary(args, summary, pr.name, seconds)
+    return 0
+
+
+def _calibration_report(args) -> int:
+    """``--calibration-report PATH``: regenerate both presets and write the calibration report."""
+    if args.out or args.preset:
+        raise SimmoeError("--calibration-report regenerates both presets; "
+                          "do not combine it with --preset/--out")
+    from simmoe.atomicio import check_outputs
+    from simmoe.synth.calibration import write_report
+
+    check_outputs([("--calibration-report", args.calibration_report)])
+    write_report(args.calibration_report, seed=args.seed,
+                 log=lambda s: print(s, file=sys.stderr))
+    print(f"wrote {args.calibration_report}")
+    return 0
+
+
+def _check(args) -> float:
+    """Every check before any work; the temperature."""
+    from simmoe.synth import PRESETS
+
+    if not args.preset:
+        raise SimmoeError("--preset is required (" + ", ".join(PRESETS) + ")")
+    if not args.out and not args.json:
+        raise SimmoeError("nothing to write: give --out PATH and/or --json FILE")
+    if args.out and not str(args.out).endswith(".parquet"):
+        raise SimmoeError(f"--out {args.out}: trace files end in .parquet")
+    from simmoe.atomicio import check_outputs
+
+    check_outputs([("--out", args.out), ("--json", args.json)], stdout=("--json",))
+    if args.requests is not None and args.requests < 1:
+        raise SimmoeError(f"--requests {args.requests}: must be at least 1")
+    if args.seed < 0:
+        raise SimmoeError(f"--seed {args.seed}: must be non-negative")
+    from simmoe.trace.sampling import check_temperature_value
+
+    return check_temperature_value(args.temperature)
+
+
+def _params(args, pr):
+    """The preset's parameters with the flags' overrides, and what they were fitted to (overrides named)."""
+    from dataclasses import replace
+
+    overrides = {f: getattr(args, f) for f, _, _ in OVERRIDES.values() if getattr(args, f) is not None}
+    pool = {f: getattr(args, f"pool_{f}") for f, _ in POOL_FLAGS.values()
+            if getattr(args, f"pool_{f}") is not None}
+    params = pr.params.with_(**overrides)
+    if pool:
+        params = params.with_(pool=replace(params.pool, **pool))
+        overrides.update({f"pool.{k}": v for k, v in pool.items()})
+    fitted_to = pr.fitted_to
+    if args.model:
+        from simmoe.hardware.catalogue import load_model, with_model
+
+        params, fitted_to = with_model(params, fitted_to, load_model(args.model), pr.name)
+    if overrides:
+        fitted_to += ("then modified by hand: " + ", ".join(
+            f"{k}={v}" for k, v in sorted(overrides.items())),)
+    return params, fitted_to
+
+
+def _write_summary(args, summary: dict, name: str, seconds: float) -> None:
+    """``--json`` (a file or stdout) and the one-line summary."""
     if args.json:
         text = json.dumps(summary, indent=2)
         if args.json == "-":
@@ -224,8 +240,7 @@ def _run(args) -> int:
 
             atomic_write_text(Path(args.json), text + "\n")
     if args.json != "-":
-        print(f"synthetic trace ({pr.name}, seed {args.seed}): {summary['requests']} requests, "
+        print(f"synthetic trace ({name}, seed {args.seed}): {summary['requests']} requests, "
               f"{summary['positions']:,} positions, {summary['pool_nodes']:,} pool nodes, "
               f"EAGLE-3 commits {summary['eagle3_committed_per_cycle']:.2f} per cycle; "
               f"generated in {seconds:.1f} s" + (f"; wrote {args.out}" if args.out else ""))
-    return 0

@@ -36,7 +36,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args) -> int:
-    from simmoe.atomicio import check_writable
+    from simmoe.atomicio import check_outputs
     from simmoe.errors import SimmoeError
     from simmoe.hardware.profile import load_profile
     from simmoe.trace.io import read_trace
@@ -50,13 +50,12 @@ def run(args) -> int:
         selector_time,
     )
 
-    outputs = (("--json", args.json), ("--cycles", args.cycles), ("--save-profile", args.save_profile))
-    for flag, out in outputs:
-        if out and not (out == "-" and flag == "--json"):
-            try:
-                check_writable(out)
-            except SimmoeError as exc:
-                raise SimmoeError(f"{flag}: {exc}") from None
+    lives = [p for group in args.live + (args.fit or []) for p in group.split(",")]
+    check_outputs((("--json", args.json), ("--cycles", args.cycles), ("--save-profile", args.save_profile)),
+                  stdout=("--json",), inputs=(args.trace, *lives))
+    for group in args.live + (args.fit or []):
+        if any(not p.strip() for p in group.split(",")):
+            raise SimmoeError(f"--live/--fit {group!r}: an empty file name between commas")
     if Path(args.trace).is_dir():
         raise SimmoeError(f"--trace {args.trace}: is a folder, not a trace file")
     if not Path(args.trace).is_file():

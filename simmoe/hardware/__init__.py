@@ -4,7 +4,13 @@
   host link and model; the selectors' cost models) read from and written to
   TOML; shipped profiles in ``simmoe/hardware/profiles/``;
 * :mod:`~simmoe.hardware.costfit` — NNLS refit of SpecFit's b_k and β
-  (App. B) and the replay-based fit of the timing parameters (``simmoe fit``).
+  (App. B) from probe measurements (``simmoe fit --probes``);
+* :mod:`~simmoe.hardware.physical` — the physical cost model of a forward
+  (geometry × GPU × link), which reads its fitted terms from
+  ``data/physical_fit.toml``.
+
+The fits that generate traces or run replays (the event model's times, the
+physical model's terms) sit above the replay, in :mod:`simmoe.fitting`.
 
 The profile API is importable from here as well.
 """

@@ -77,6 +77,9 @@ class ModelSpec:
     expert_bias: bool = False
     sliding_window: int = 0
     sliding_layers: str = "none"
+    unquantized_dtype: str = ""          # embedding, LM head and router when kept wider than ``dtype`` ("": dtype)
+    card_active_params_b: float = 0.0    # the model card's activated parameters, billions (0: none recorded)
+    card_active_counts: str = "all"      # what the card counts: "all" weights, or "no-input-embedding"
     unverified: tuple[str, ...] = ()
 
     # -- layers -------------------------------------------------------------
@@ -155,12 +158,32 @@ class ModelSpec:
         return self.vocab_size * self.hidden_size
 
     @property
+    def embedding_dtype(self) -> str:
+        """Storage of the embedding, the LM head and the router: ``unquantized_dtype`` where given, else ``dtype``.
+
+        DeepSeek-V3 keeps these in BF16 and only its linear layers in FP8
+        (128x128 blocks with FP32 scales, which are left out here: 0.02 % of
+        the bytes), as its ``inference/model.py`` builds them.
+        """
+        return self.unquantized_dtype or self.dtype
+
+    def layer_dense_bytes(self, layer: int) -> float:
+        """Bytes of decoder layer ``layer``'s non-routed weights (:meth:`layer_dense_params`), router at its width."""
+        router = self.router_params if (not self.dense and layer >= self.first_dense_layers) else 0
+        return ((self.layer_dense_params(layer) - router) * DTYPE_BYTES[self.dtype]
+                + router * DTYPE_BYTES[self.embedding_dtype])
+
+    @property
+    def head_bytes(self) -> float:
+        """Bytes of the LM head (vocabulary x hidden) at its storage width."""
+        return self.embedding_params * DTYPE_BYTES[self.embedding_dtype]
+
+    @property
     def dense_bytes(self) -> int:
         """Every non-expert weight in bytes: layers' dense parts, embeddings and the LM head."""
-        b = DTYPE_BYTES[self.dtype]
-        layers = sum(self.layer_dense_params(i) for i in range(self.decoder_layers))
-        heads = self.embedding_params * (1 if self.tie_word_embeddings else 2)
-        return int(round((layers + heads) * b))
+        layers = sum(self.layer_dense_bytes(i) for i in range(self.decoder_layers))
+        heads = self.head_bytes * (1 if self.tie_word_embeddings else 2)
+        return int(round(layers + heads))
 
     @property
     def weight_bytes(self) -> int:
@@ -177,11 +200,25 @@ class ModelSpec:
 
     @property
     def active_params(self) -> int:
-        """Parameters one token uses: its top-k experts per MoE layer and every dense weight, embeddings and
-        LM head included (the model cards' convention: Qwen3-30B-A3B "3.3B activated")."""
+        """Parameters one token uses: its top-k experts per MoE layer and every dense weight, the input
+        embedding and the LM head included (the Qwen, Mixtral, OLMoE and Ling cards' convention:
+        Qwen3-30B-A3B "3.3B activated")."""
         routed = len(self.moe_layers) * self.trace_top_k * self.expert_params
         layers = sum(self.layer_dense_params(i) for i in range(self.decoder_layers))
         return routed + layers + self.embedding_params * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def active_params_as_card(self) -> int:
+        """:attr:`active_params` counted as the model card counts (``card_active_counts``).
+
+        ``no-input-embedding``: the input embedding is left out (a token reads one
+        row of it), the LM head kept; the gpt-oss cards (3.61B, 5.13B) and the
+        DeepSeek cards (V2-Lite 2.4B, V3 36.7B) agree with this count.
+        """
+        untied = not self.tie_word_embeddings
+        if self.card_active_counts == "no-input-embedding" and untied:
+            return self.active_params - self.embedding_params
+        return self.active_params
 
     def layer_kv_bytes_per_token(self, layer: int) -> float:
         """KV-cache bytes one context token holds in ``layer`` (MLA: the compressed latent and the RoPE key)."""
@@ -191,8 +228,19 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token over all layers (sliding-window layers hold at most their window)."""
-        return int(round(sum(self.layer_kv_bytes_per_token(i) for i in range(self.decoder_layers))))
+        """KV-cache bytes each further context token adds: the layers without a sliding window.
+
+        A sliding-window layer holds at most its window (:attr:`kv_window_bytes`),
+        so past the window only the full-attention layers grow.
+        """
+        return int(round(sum(self.layer_kv_bytes_per_token(i) for i in range(self.decoder_layers)
+                             if not self.is_sliding(i))))
+
+    @property
+    def kv_window_bytes(self) -> int:
+        """KV-cache bytes the sliding-window layers hold at most (window x their bytes per token; 0 without)."""
+        return int(round(sum(self.sliding_window * self.layer_kv_bytes_per_token(i)
+                             for i in range(self.decoder_layers) if self.is_sliding(i))))
 
     def is_sliding(self, layer: int) -> bool:
         return self.sliding_window > 0 and self.sliding_layers == "alternate" and layer % 2 == 0
@@ -216,8 +264,11 @@ class ModelSpec:
             "expert_bytes": self.expert_bytes,
             "dense_bytes": self.dense_bytes,
             "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_window_bytes": self.kv_window_bytes,
             "total_params_b": round(self.total_params / 1e9, 2),
-            "active_params_b": round(self.active_params / 1e9, 2),
+            "active_params_b": round(self.active_params_as_card / 1e9, 2),
+            "active_counts": self.card_active_counts,
+            "active_params_all_b": round(self.active_params / 1e9, 2),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -230,6 +281,7 @@ _MODEL_INTS = ("decoder_layers", "first_dense_layers", "num_experts", "top_k", "
                "hidden_size", "moe_intermediate_size", "intermediate_size", "num_attention_heads",
                "num_key_value_heads", "head_dim", "vocab_size")
 _MODEL_STRS = ("name", "hf_id", "source", "architecture", "attention", "dtype", "expert_dtype")
+ACTIVE_COUNTS = ("all", "no-input-embedding")
 _MODEL_OPTIONAL_INTS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                         "sliding_window")
 _MODEL_BOOLS = ("tie_word_embeddings",)
@@ -274,6 +326,7 @@ def _model_from_table(key: str, t: Any, origin: str) -> ModelSpec:
         if t["sliding_layers"] not in ("none", "alternate"):
             raise CatalogueError(f"{where}: field 'sliding_layers' must be 'none' or 'alternate'")
         v["sliding_layers"] = t["sliding_layers"]
+    v.update(_card_fields(t, where))
     unv = t.get("unverified", [])
     if not isinstance(unv, list) or any(not isinstance(x, str) for x in unv):
         raise CatalogueError(f"{where}: field 'unverified' must be a list of field names")
@@ -284,6 +337,25 @@ def _model_from_table(key: str, t: Any, origin: str) -> ModelSpec:
     m = ModelSpec(**v)
     _check_model(m, where)
     return m
+
+
+def _card_fields(t: dict, where: str) -> dict[str, Any]:
+    """The optional fields about storage widths and the model card's activated parameters."""
+    v: dict[str, Any] = {}
+    if "unquantized_dtype" in t:
+        if t["unquantized_dtype"] not in DTYPE_BYTES:
+            raise CatalogueError(f"{where}: field 'unquantized_dtype' must be one of {', '.join(DTYPE_BYTES)}")
+        v["unquantized_dtype"] = t["unquantized_dtype"]
+    if "card_active_params_b" in t:
+        x = t["card_active_params_b"]
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+            raise CatalogueError(f"{where}: field 'card_active_params_b' must be a number > 0, got {x!r}")
+        v["card_active_params_b"] = float(x)
+    if "card_active_counts" in t:
+        if t["card_active_counts"] not in ACTIVE_COUNTS:
+            raise CatalogueError(f"{where}: field 'card_active_counts' must be one of {', '.join(ACTIVE_COUNTS)}")
+        v["card_active_counts"] = t["card_active_counts"]
+    return v
 
 
 def _check_model(m: ModelSpec, where: str) -> None:

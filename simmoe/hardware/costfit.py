@@ -1,23 +1,12 @@
-"""Fitting hardware profiles: SpecFit's cost model by NNLS, and the event model's times.
+"""SpecFit's cost model T̂(S) = b_|S| + βF(S) (Eq. 4) refitted from probe measurements by NNLS.
 
-Two fits live here.
-
-1. The selectors' predictive model T̂(S) = b_|S| + βF(S) (SpecFit Eq. 4),
-   refitted from probe measurements by non-negative least squares following
-   App. B: points (k_i, F_i, y_i), minimise Σ (y_i − b_{k_i} − βF_i)² subject
-   to b, β ≥ 0 (``scipy.optimize.nnls``), separately for probes with the
-   cache kept and with it cleared before every forward.  Repeats of one
-   probe (same state, tree kind, k, cache mode) are averaged first.
-   Probe files: CSV or JSON, format in ``docs/hardware-profiles.md``.
-
-2. The event model's parameters (copy time, fixed forward time, compute per
-   expert, drafting per level, cache overhead) fitted to published cycle-level
-   figures: :func:`fit_timing` takes any ``simulate(params) -> dict`` and
-   minimises the relative errors against target values with
-   ``scipy.optimize.least_squares``.  Two simulators are provided:
-   :func:`mean_count_simulator` (the analytic derivation of the shipped
-   A100 profile: Table 3's per-layer counts in the event model) and
-   :func:`replay_simulator` (replays a trace through :mod:`simmoe.replay.engine`).
+Following SpecFit App. B: points (k_i, F_i, y_i), minimise
+Σ (y_i − b_{k_i} − βF_i)² subject to b, β ≥ 0 (``scipy.optimize.nnls``),
+separately for probes with the cache kept and with it cleared before every
+forward.  Repeats of one probe (same state, tree kind, k, cache mode) are
+averaged first.  Probe files: CSV or JSON, format in
+``docs/hardware-profiles.md``.  (The event model's times are fitted by
+replaying traces, above the replay: :mod:`simmoe.fitting.timing_fit`.)
 """
 
 from __future__ import annotations
@@ -25,8 +14,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +24,7 @@ import numpy as np
 from simmoe.errors import SimmoeError
 
 # --------------------------------------------------------------------------
-# 1. SpecFit's cost model from probe rows (App. B)
+# SpecFit's cost model from probe rows (App. B)
 # --------------------------------------------------------------------------
 MS_COLUMNS = ("ms", "y_ms")   # the measured cycle time without selector time; y_ms is hwprobe's name
 
@@ -82,6 +71,7 @@ def _parse_row(raw: Mapping[str, Any], where: str) -> ProbeRow:
         missing.append("ms")
     if missing:
         raise SimmoeError(f"{where}: missing {', '.join(repr(m) for m in missing)}")
+    assert ms_key is not None
     try:
         k = int(str(raw["k"]).strip()) if not isinstance(raw["k"], int) else raw["k"]
         union = int(str(raw["union"]).strip()) if not isinstance(raw["union"], int) else raw["union"]
@@ -165,312 +155,3 @@ def fit_cost_model(rows: Sequence[ProbeRow], cache: bool, kmax: int | None = Non
     pred = A @ coef
     return CostFit(tuple(float(x) for x in b), beta, len(y),
                    float(np.sqrt(np.mean((pred - y) ** 2))), float(np.max(np.abs(pred / y - 1))))
-
-
-# --------------------------------------------------------------------------
-# 2. the event model's parameters from cycle-level figures
-# --------------------------------------------------------------------------
-TIMING_PARAMS = ("forward_ms", "expert_ms", "copy_ms", "draft_level_ms", "cache_overhead_ms",
-                 "token_ms", "commit_ms")
-
-# SpecFit Table 3 (GSM8K, A100 PCIe 40GB, 48 LRU slots): the calibration set.
-TABLE3_MS_PER_CYCLE = {
-    ("ar", False): 212.5, ("eagle3", False): 692.3, ("specfit", False): 536.7,
-    ("ar", True): 153.1, ("eagle3", True): 429.8, ("specfit", True): 370.4,
-}
-TABLE3_DECODE_TPS = {
-    ("ar", False): 4.70, ("eagle3", False): 6.26, ("specfit", False): 7.08,
-    ("ar", True): 6.53, ("eagle3", True): 10.08, ("specfit", True): 10.79,
-}
-
-
-@dataclass
-class TimingFit:
-    params: dict[str, float]
-    predicted: dict[str, float]
-    targets: dict[str, float]
-    rel_err: dict[str, float] = field(default_factory=dict)
-    evaluations: int = 0
-    success: bool = False          # the optimiser converged (within its budget)
-    message: str = ""              # why it stopped, in words
-
-    @property
-    def max_abs_rel_err(self) -> float:
-        return max((abs(v) for v in self.rel_err.values()), default=0.0)
-
-
-class _BudgetSpent(Exception):
-    """The simulation budget of a fit ran out (raised through ``least_squares``)."""
-
-
-#: relative singular value of the scaled Jacobian below which parameters count as not identified
-IDENTIFY_RTOL = 1e-6
-FD_STEP = 1e-4
-
-
-def fit_timing(simulate: Callable[[dict[str, float]], Mapping[str, float]],
-               targets: Mapping[str, float], start: Mapping[str, float],
-               free: Sequence[str], bounds: Mapping[str, tuple[float, float]] | None = None,
-               *, max_evaluations: int = 200) -> TimingFit:
-    """Fit the ``free`` parameters so that ``simulate(params)`` matches ``targets`` in relative error.
-
-    ``simulate`` gets the full parameter dict (``start`` with the free ones
-    replaced) and returns a dict holding at least the target keys.  Minimises
-    Σ_q (simulate[q]/target[q] − 1)² with ``scipy.optimize.least_squares``
-    (trust region, bounds; forward-difference Jacobian, so each iteration costs
-    len(free) + 1 simulations).
-
-    ``max_evaluations`` bounds every call of ``simulate``, the Jacobian's
-    included (repeated points are remembered, not re-simulated).  Before
-    optimising, the Jacobian at ``start`` must have full column rank: a free
-    parameter the targets do not depend on, or parameters that only act
-    together, raise :class:`SimmoeError` naming them (the targets cannot
-    identify them); the same check runs at the solution.  A fit that runs
-    out of budget or stops without meeting scipy's convergence tests returns
-    ``success=False`` and says why in ``message``.
-    """
-    from scipy.optimize import least_squares
-
-    bounds = dict(bounds or {})
-    free = list(free)
-    if max_evaluations < 1:
-        raise SimmoeError(f"the evaluation budget must be at least 1, got {max_evaluations}")
-    unknown = [f for f in free if f not in start]
-    if unknown:
-        raise SimmoeError(f"free parameters without a start value: {', '.join(unknown)}")
-    if not targets:
-        raise SimmoeError("no targets to fit")
-    if len(free) > len(targets):
-        raise SimmoeError(f"{len(free)} free parameters but only {len(targets)} targets")
-    keys = list(targets)
-    lo = np.array([bounds.get(f, (0.0, np.inf))[0] for f in free], dtype=float)
-    hi = np.array([bounds.get(f, (0.0, np.inf))[1] for f in free], dtype=float)
-    x0 = np.clip(np.array([float(start[f]) for f in free]), lo, hi)
-    count = [0]
-    seen: dict[tuple, tuple[np.ndarray, dict]] = {}
-    best: dict[str, Any] = {"cost": math.inf, "x": x0}
-
-    def params_of(x):
-        p = dict(start)
-        p.update({f: float(v) for f, v in zip(free, x)})
-        return p
-
-    def evaluate(x) -> tuple[np.ndarray, dict]:
-        key = tuple(float(v) for v in x)
-        if key not in seen:
-            if count[0] >= max_evaluations:
-                raise _BudgetSpent
-            count[0] += 1
-            out = dict(simulate(params_of(x)))
-            r = np.array([float(out[q]) / float(targets[q]) - 1.0 for q in keys])
-            seen[key] = (r, out)
-            cost = float(r @ r)
-            if cost < best["cost"]:
-                best.update(cost=cost, x=np.array(key))
-        return seen[key]
-
-    def residuals(x):
-        return evaluate(x)[0]
-
-    def jacobian(x):
-        x = np.asarray(x, dtype=float)
-        f0 = residuals(x)
-        J = np.empty((len(f0), len(x)))
-        for i in range(len(x)):
-            h = FD_STEP * max(1.0, abs(x[i]))
-            if x[i] + h > hi[i]:
-                h = -h
-            xi = x.copy()
-            xi[i] += h
-            J[:, i] = (residuals(xi) - f0) / (xi[i] - x[i])
-        return J
-
-    message = "no free parameters"
-    ok = True
-    x = x0
-    if free:
-        try:
-            _check_identifiable(jacobian(x0), free, x0, "at the start values")
-            res = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), x_scale="jac",
-                                max_nfev=max_evaluations)
-            x, ok, message = res.x, res.status > 0, res.message
-            if ok:
-                _check_identifiable(res.jac, free, x, "at the fitted values")
-            else:
-                message = f"stopped after {count[0]} simulations: {res.message}"
-        except _BudgetSpent:
-            x, ok = best["x"], False
-            message = (f"the budget of {max_evaluations} simulation{'s' if max_evaluations != 1 else ''} "
-                       "ran out before the fit converged")
-    try:
-        predicted = evaluate(x)[1]
-    except _BudgetSpent:   # only when the budget ran out before the start point was simulated
-        predicted = dict(simulate(params_of(x)))
-        count[0] += 1
-    params = params_of(x)
-    rel = {q: float(predicted[q]) / float(targets[q]) - 1.0 for q in keys}
-    return TimingFit(params, {q: float(predicted[q]) for q in keys}, dict(targets), rel, count[0], ok,
-                     message)
-
-
-def _check_identifiable(J: np.ndarray, free: Sequence[str], x: np.ndarray, where: str) -> None:
-    """Refuse free parameters the targets do not determine: a zero or dependent column of ``J``.
-
-    Columns are scaled by the parameters' magnitudes (at least 1) so that the
-    test is about relative effects; a singular value below
-    :data:`IDENTIFY_RTOL` of the largest counts as zero.
-    """
-    J = np.asarray(J, dtype=float) * np.maximum(1.0, np.abs(x))[None, :]
-    norms = np.linalg.norm(J, axis=0)
-    top = float(norms.max()) if len(norms) else 0.0
-    dead = [f for f, n in zip(free, norms, strict=True) if not n > IDENTIFY_RTOL * top]
-    if top == 0 or dead:
-        raise SimmoeError(f"the target figures cannot identify {', '.join(dead or free)}: no target changes "
-                          f"when {'it changes' if len(dead) == 1 else 'they change'} ({where}); leave "
-                          f"{'it' if len(dead) == 1 else 'them'} out of the free parameters")
-    _, sv, vt = np.linalg.svd(J / norms[None, :], full_matrices=False)
-    rank = int(np.sum(sv > IDENTIFY_RTOL * sv[0]))
-    if rank < len(free):
-        null = vt[-1]
-        tied = [f for f, v in zip(free, null, strict=True) if abs(v) > 0.1]
-        raise SimmoeError(f"the target figures cannot identify {len(free)} free parameters: they determine "
-                          f"only {rank} independent combination{'s' if rank != 1 else ''} of them ({where}); "
-                          f"{', '.join(tied)} can change together without changing any target")
-
-
-# -- the analytic derivation of the shipped A100 profile ------------------------
-EXPERT_BYTES = 9437184
-PCIE4_GBPS = 24.8
-TABLE3_OUTPUT_TOKENS = 17791 + 80   # AR cycles (one token each) + the 80 tokens attributed to prefill
-TABLE3_H2D_PER_TOKEN = {
-    ("ar", False): 398.2, ("eagle3", False): 345.7, ("specfit", False): 294.1,
-    ("ar", True): 76.5, ("eagle3", True): 92.7, ("specfit", True): 82.0,
-}
-TABLE3_CYCLES = {"ar": 17791, "eagle3": 4097, "specfit": 4662}
-TABLE3_CYCLES_CACHE = {"ar": 17791, "eagle3": 4097, "specfit": 4407}
-TABLE3_DRAFT_NODES = {("eagle3", False): 7.0, ("specfit", False): 4.27,
-                      ("eagle3", True): 7.0, ("specfit", True): 5.09}
-
-
-def table3_counts(prefill_cached_per_layer: float = 46.3, specfit_levels_no_cache: float = 4.2) -> list[dict]:
-    """Per-configuration mean counts behind Table 3, derived from its own rows.
-
-    * decode demand of AR is exactly top-8 = 8 experts per layer, so the
-      no-cache prefill copies are AR's H2D/token × tokens − 384 × cycles;
-    * per-layer demand without cache = misses (every demand is copied);
-    * with the cache, prefill copies are assumed ``prefill_cached_per_layer``
-      per layer and request (a 74-expert prefill union against 48 warm slots);
-    * SpecFit's demand with the cache (6.09 tokens) is interpolated linearly
-      between its no-cache tree (5.27 tokens) and EAGLE-3's (8 tokens);
-    * drafted levels: EAGLE-3 5; SpecFit 4.39 with the cache (§A.4) and
-      ``specfit_levels_no_cache`` without (not published: an assumption).
-    """
-    L, requests = 48, 80
-    tokens = TABLE3_OUTPUT_TOKENS
-    prefill_nc = TABLE3_H2D_PER_TOKEN[("ar", False)] * tokens - 8 * L * TABLE3_CYCLES["ar"]
-    prefill_c = prefill_cached_per_layer * L * requests
-    rows = []
-    demand_nc = {}
-    for cache in (False, True):       # no-cache rows first: they give the demand curve
-        for method in ("ar", "eagle3", "specfit"):
-            cycles = (TABLE3_CYCLES_CACHE if cache else TABLE3_CYCLES)[method]
-            copies = TABLE3_H2D_PER_TOKEN[(method, cache)] * tokens - (prefill_c if cache else prefill_nc)
-            misses = copies / cycles / L
-            n = 1.0 + TABLE3_DRAFT_NODES.get((method, cache), 0.0)
-            if method == "ar":
-                demand = 8.0
-            elif not cache:
-                demand = misses
-                demand_nc[method] = (n, demand)
-            else:
-                (n0, d0), (n1, d1) = demand_nc["specfit"], demand_nc["eagle3"]
-                demand = d1 if method == "eagle3" else d0 + (n - n0) * (d1 - d0) / (n1 - n0)
-            levels = {"ar": 0.0, "eagle3": 5.0}.get(method, 4.39 if cache else specfit_levels_no_cache)
-            selector = 0.0 if method != "specfit" else 2.82
-            rows.append(dict(method=method, cache=cache, n_tokens=n, levels=levels, selector_ms=selector,
-                             demand=demand, misses=min(misses, demand)))
-    return rows
-
-
-def _mean_layer(h: float, m: float, a: float, e: float, x: float, c: int) -> float:
-    """Event-model layer time at fractional mean counts: bilinear in the neighbouring integers."""
-    from simmoe.replay.timing import fixed_copy_forward
-
-    total = 0.0
-    for mm, wm in ((math.floor(m), 1 - (m - math.floor(m))), (math.floor(m) + 1, m - math.floor(m))):
-        for hh, wh in ((math.floor(h), 1 - (h - math.floor(h))), (math.floor(h) + 1, h - math.floor(h))):
-            if wm * wh > 0:
-                total += wm * wh * fixed_copy_forward(a, [hh], [mm], e, x, c)
-    return total
-
-
-def mean_count_simulator(rows: Sequence[dict] | None = None, *, layers: int = 48, copies_in_flight: int = 2):
-    """``simulate(params)`` → {"<method>/<cache|no_cache>/ms_per_cycle": ms} from Table 3's mean counts."""
-    rows = list(rows) if rows is not None else table3_counts()
-
-    def simulate(p: Mapping[str, float]) -> dict[str, float]:
-        out = {}
-        for r in rows:
-            nonexpert = p["forward_ms"] + p.get("token_ms", 0.0) * (r["n_tokens"] - 1)
-            if r["cache"]:
-                nonexpert += p.get("cache_overhead_ms", 0.0)
-            fwd = layers * _mean_layer(r["demand"] - r["misses"], r["misses"], nonexpert / layers,
-                                       p["expert_ms"], p["copy_ms"], copies_in_flight)
-            cycle = fwd + p["draft_level_ms"] * r["levels"] + r["selector_ms"] + p.get("commit_ms", 0.0)
-            out[f"{r['method']}/{'cache' if r['cache'] else 'no_cache'}/ms_per_cycle"] = cycle
-        return out
-
-    return simulate
-
-
-def table3_targets() -> dict[str, float]:
-    return {f"{m}/{'cache' if c else 'no_cache'}/ms_per_cycle": v for (m, c), v in TABLE3_MS_PER_CYCLE.items()}
-
-
-def copy_bounds(copies_in_flight: int = 2, expert_bytes: int = EXPERT_BYTES, link_gbps: float = PCIE4_GBPS):
-    """copy_ms may not beat the link: copy_ms / c >= bytes / bandwidth."""
-    return (copies_in_flight * expert_bytes / (link_gbps * 1e9) * 1e3, np.inf)
-
-
-def derive_initial_a100(free: Sequence[str] = ("forward_ms", "expert_ms", "copy_ms", "draft_level_ms",
-                                               "cache_overhead_ms")) -> TimingFit:
-    """The analytic derivation of ``a100-pcie-40gb``'s event-model times (see the profile's comments)."""
-    start = {"forward_ms": 40.0, "expert_ms": 0.2, "copy_ms": 0.8, "draft_level_ms": 8.0,
-             "cache_overhead_ms": 0.0, "token_ms": 0.0, "commit_ms": 0.0}
-    return fit_timing(mean_count_simulator(), table3_targets(), start, free,
-                      {"copy_ms": copy_bounds()})
-
-
-# -- the replay-based refit ----------------------------------------------------------
-def replay_simulator(trace, profile, *, configs: Sequence[tuple[str, bool]] | None = None,
-                     slots: int = 48, quantities: Sequence[str] = ("ms_per_cycle",),
-                     selector_ms: float | None = -1.0):
-    """``simulate(params)`` replaying ``trace`` through the engine under ``profile`` with ``params``.
-
-    Selections are planned once (they depend on the profile's cost model, not
-    on these times); each call re-runs only the cache and timing pass.
-    ``selector_ms``: the selector's time per cycle; the default (-1) takes the
-    profile's ``selector_ms`` so that a fit does not depend on the speed of
-    the machine it runs on; ``None`` uses the time measured while planning.
-    Returns {"<selector>/<cache|no_cache>/<quantity>": value} for the
-    summary quantities of :func:`simmoe.replay.metrics.summarize`.
-    """
-    from simmoe.replay.engine import ReplayConfig, replay
-
-    configs = list(configs or TABLE3_MS_PER_CYCLE)
-    plans: dict = {}
-    sel_ms = profile.selector_ms if selector_ms is not None and selector_ms < 0 else selector_ms
-
-    def simulate(p: Mapping[str, float]) -> dict[str, float]:
-        prof = profile.replace(**{k: float(v) for k, v in p.items() if hasattr(profile, k)})
-        out = {}
-        for selector, cache in configs:
-            cfg = ReplayConfig(selector=selector, slots=slots if cache else 0,
-                               cache="lru" if cache else "none", hardware=prof.name,
-                               selector_ms=sel_ms)
-            summary = replay(trace, cfg, prof, plans=plans).summary()
-            for q in quantities:
-                out[f"{selector}/{'cache' if cache else 'no_cache'}/{q}"] = float(summary[q])
-        return out
-
-    return simulate

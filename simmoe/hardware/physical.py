@@ -23,17 +23,22 @@ built) costs per drafted level ``draft_step_ms`` plus the same roofline over
 ``width`` tokens per request.
 
 Few numbers are fitted, and only to what ``shared/design/CALIBRATION.md``
-allows (:mod:`simmoe.hardware.physfit`, ``physical_fit.toml``): η, the
+allows (:mod:`simmoe.fitting.physical_fit`, ``physical_fit.toml``): η, the
 achieved fraction of peak HBM bandwidth, and ``forward_ms`` to EVICT Table 4's
 C(k) on QA; ``step_ms``, the serving loop's overhead per decode step, to each
-model's vanilla tokens/s on QA.  Two terms are assumptions, since no figure
-that may be fitted identifies them: ``draft_step_ms`` (0.3 ms per drafted
-level) and η_c, the achieved fraction of tensor-core peak (0.5; it matters
-only where a forward is compute-bound, i.e. large batches of trees).  EVICT's
-Table 4 is the whole speculative step profiled at initialisation, so C(k) =
-drafting + forward over k + 1 tokens; a served cycle adds ``step_ms`` (Table
-1's vanilla tokens/s include it, Table 4's C(1) = 6.83 ms, below vanilla
-decoding's 6.91 ms per token, does not).
+model's vanilla tokens/s on QA; ``spec_iteration_ms``, the time a served
+speculative iteration spends beyond drafting, the verification forward and
+``step_ms`` (scheduling, host syncs, KV slot and tree-mask preparation), one
+per setting, to Table 1's EAGLE-3 tokens/s on QA for Qwen3-30B-A3B at
+temperature 0.  Two terms are assumptions, since no figure that may be fitted
+identifies them: ``draft_step_ms`` (0.3 ms per drafted level) and η_c, the
+achieved fraction of tensor-core peak (0.5; it matters only where a forward
+is compute-bound, i.e. large batches of trees).  C(k) = drafting + forward
+over k + 1 tokens is what EVICT's Table 4 profiles; a served vanilla step
+adds ``step_ms`` (Table 1's vanilla tokens/s include it, Table 4's C(1) =
+6.83 ms, below vanilla decoding's 6.91 ms per token, does not) and a served
+speculative iteration adds ``step_ms`` and ``spec_iteration_ms`` (an EAGLE-3
+iteration, 1000 · Mat / tokens/s, is 1.66–2.03× Table 4's C(32)).
 
 The same model gives the offload regime's compute side: a profile
 ``MODEL@GPU+LINK`` keeps experts in host memory, copies them over LINK in the
@@ -43,7 +48,8 @@ time, per-token time, per-expert HBM read and drafting time from here.
 Profile names: ``MODEL@GPU[:tpN][+LINK][~SETTING]`` (e.g.
 ``qwen3-30b-a3b@a100-sxm4-80gb``, ``ling-flash-2.0@a100-sxm4-80gb:tp4``,
 ``qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16``, ``qwen3-30b-a3b@h200~vllm-table6``);
-:func:`build_profile` turns one into a :class:`HardwareProfile` whose
+:func:`profile_fields` gives the fields of the :class:`HardwareProfile`
+that :func:`simmoe.hardware.profile.load_profile` builds from one, whose
 ``physical`` attribute is the :class:`PhysicalModel` the timer uses.
 """
 
@@ -79,6 +85,9 @@ class Overheads:
     forward_ms: float = 0.0        # fixed time of one target forward (fitted)
     step_ms: float = 0.0           # serving overhead per decode step, vanilla and speculative (fitted per model)
     draft_step_ms: float = DRAFT_STEP_MS   # fixed time per drafted level (assumed)
+    # serving time a speculative iteration spends beyond drafting, the verification forward and step_ms
+    # (one per setting; fitted to EVICT Table 1's EAGLE-3 QA tokens/s: docs/models-and-gpus.md)
+    spec_iteration_ms: float = 0.0
     source: str = "unfitted defaults"
 
 
@@ -97,14 +106,13 @@ class PhysicalModel:
                 raise ProfileError(f"{what} must lie in (0, 1], got {v}")
         self.draft_width = int(draft_width)
         m = model
-        b = DTYPE_BYTES[m.dtype]
         Ld = m.decoder_layers
         self.moe_index = np.asarray(m.moe_layers, dtype=np.int64)          # decoder layer of each MoE layer
         self.L_moe = len(self.moe_index)
         self.bw = gpu.hbm_gbps * 1e9 * self.o.efficiency                  # B/s achieved
         self.peak = gpu.peak_tflops(m.dtype) * 1e12 * self.o.compute_efficiency  # FLOP/s achieved
         dense_p = np.array([m.layer_dense_params(i) for i in range(Ld)], dtype=np.float64)
-        self.w_bytes = dense_p * b / self.tp                               # per GPU
+        self.w_bytes = np.array([m.layer_dense_bytes(i) for i in range(Ld)]) / self.tp   # per GPU
         routed_flops = np.zeros(Ld)
         routed_flops[self.moe_index] = 2.0 * m.trace_top_k * m.expert_params
         self.tok_flops = (2.0 * dense_p + routed_flops) / self.tp          # per token per GPU
@@ -115,7 +123,7 @@ class PhysicalModel:
         d_qk = (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2 if m.attention == "mla" \
             else m.head_dim
         self.pair_flops = 4.0 * m.num_attention_heads * d_qk / self.tp     # per (query, context) pair per layer
-        self.head_bytes = m.vocab_size * m.hidden_size * b / self.tp
+        self.head_bytes = m.head_bytes / self.tp
         self.head_flops = 2.0 * m.vocab_size * m.hidden_size / self.tp
         # all-reduce: two per layer, ring over tp GPUs
         if self.tp > 1:
@@ -161,8 +169,14 @@ class PhysicalModel:
             + self.o.forward_ms
         return float(t) if np.ndim(t) == 0 else t
 
-    def draft_ms(self, levels: int, requests: int = 1) -> float:
-        """Drafting ``levels`` levels for ``requests`` requests at once (0 when nothing is drafted)."""
+    def draft_ms(self, levels: int, requests: int = 1, *, served: bool = True) -> float:
+        """Drafting ``levels`` levels for ``requests`` requests at once (0 when nothing is drafted).
+
+        ``served``: add the setting's ``spec_iteration_ms``, the serving time of a
+        speculative iteration beyond drafting and the verification forward; the
+        replay charges it here, once per iteration that drafts (vanilla decoding
+        drafts nothing and never pays it).  EVICT's profiled C(k) leaves it out.
+        """
         levels = int(levels)
         if levels <= 0:
             return 0.0
@@ -173,7 +187,7 @@ class PhysicalModel:
         t = max(mem / self.bw, flops / self.peak) * 1e3 + self.o.draft_step_ms
         if self.tp > 1:
             t += self.ar_fixed + self.ar_per_token * n * 1e3
-        return levels * t
+        return levels * t + (self.o.spec_iteration_ms if served else 0.0)
 
     # -- what selectors are given -------------------------------------------
     def expert_ms(self, n_tokens: float = 1.0, context: float = 0.0) -> float:
@@ -187,9 +201,11 @@ class PhysicalModel:
     def cost_model(self, kmax: int, *, levels: int, context: float = 0.0) -> tuple[list[float], float]:
         """SpecFit's T̂(S) = b_|S| + βF(S) (Eq. 4) derived at batch 1, memory-bound: ``(b_0..b_kmax, β)``.
 
-        b_j = drafting + ``step_ms`` + the forward over 1 + j tokens without routed
-        experts; β = :meth:`expert_ms` (the time one more (layer, expert) pair adds).
-        Exact while every layer is memory-bound, which holds at batch 1.
+        b_j = drafting + ``spec_iteration_ms`` + ``step_ms`` + the forward over 1 + j
+        tokens without routed experts (a cost model fitted on measured cycles, as
+        SpecFit's App. B is, sees the whole served iteration); β = :meth:`expert_ms`
+        (the time one more (layer, expert) pair adds).  Exact while every layer is
+        memory-bound, which holds at batch 1.
         """
         j = np.arange(kmax + 1, dtype=np.float64)
         fwd = self.forward_ms(1 + j, 0.0, context, (1 + j) * context)
@@ -199,6 +215,11 @@ class PhysicalModel:
     def describe(self) -> str:
         m, g = self.model, self.gpu
         return (f"{m.name} on {self.tp} x {g.name}" if self.tp > 1 else f"{m.name} on {g.name}")
+
+    def served_term(self) -> str:
+        """The speculative iteration's serving term in words ("" when the setting has none)."""
+        t = self.o.spec_iteration_ms
+        return f"+{t:.2f} ms serving time per speculative iteration" if t > 0 else ""
 
 
 # --------------------------------------------------------------------------
@@ -211,11 +232,11 @@ def fit_file() -> Path:
 
 
 def load_settings(path: str | Path | None = None) -> dict[str, dict]:
-    """The fitted settings of ``physical_fit.toml`` (written by ``python -m simmoe.hardware.physfit``)."""
+    """The fitted settings of ``physical_fit.toml`` (written by ``python -m simmoe.fitting.physical_fit``)."""
     p = Path(path) if path is not None else fit_file()
     if not p.is_file():
         if path is None and os.environ.get(FIT_ENV):
-            raise ProfileError(f"{FIT_ENV}={p}: no such file (write one with python -m simmoe.hardware.physfit)")
+            raise ProfileError(f"{FIT_ENV}={p}: no such file (write one with python -m simmoe.fitting.physical_fit)")
         return {}
     with open(p, "rb") as fh:
         return tomllib.load(fh).get("settings", {})
@@ -236,10 +257,16 @@ def overheads_for(setting: str, model_key: str) -> tuple[Overheads, dict]:
     src = (f"setting {setting}: efficiency and forward_ms {s.get('fitted_to', 'fitted')}; step_ms {how}; "
            f"draft_step_ms {s.get('draft_step_ms', DRAFT_STEP_MS)} ms and compute efficiency "
            f"{s.get('compute_efficiency', COMPUTE_EFFICIENCY)} assumed")
+    spec = float(s.get("spec_iteration_ms", 0.0))
+    if spec > 0:
+        fitted_on = s.get("spec_iteration_model", model_key)
+        src += (f"; spec_iteration_ms {spec:.2f} ms per speculative iteration "
+                f"{s.get('spec_iteration_fitted_to', 'fitted')}"
+                + (f", carried to {model_key} as a prediction" if fitted_on != model_key else ""))
     if s.get("served_dtype"):
         src += f"; weights read at {s['served_dtype']} (a what-if: the checkpoint's dtype is in models.toml)"
     return Overheads(efficiency=float(s["efficiency"]), forward_ms=float(s["forward_ms"]), step_ms=float(step),
-                     draft_step_ms=float(s.get("draft_step_ms", DRAFT_STEP_MS)),
+                     draft_step_ms=float(s.get("draft_step_ms", DRAFT_STEP_MS)), spec_iteration_ms=spec,
                      compute_efficiency=float(s.get("compute_efficiency", COMPUTE_EFFICIENCY)), source=src), s
 
 
@@ -325,7 +352,7 @@ def parse_spec(name: str) -> dict:
     if not m:
         raise ProfileError(f"bad physical profile name {name!r}: write MODEL@GPU[:tpN][+LINK][~SETTING] "
                            "(simmoe models, simmoe models --gpus)")
-    d = m.groupdict()
+    d: dict = m.groupdict()
     d["tp"] = int(d["tp"]) if d["tp"] else 1
     if d["tp"] < 1:
         raise ProfileError(f"{name}: tensor parallelism must be at least 1")
@@ -333,53 +360,57 @@ def parse_spec(name: str) -> dict:
     return d
 
 
-def build_profile(name: str):
-    """The :class:`HardwareProfile` of ``MODEL@GPU[:tpN][+LINK][~SETTING]`` (module docstring).
+def profile_fields(name: str, *, overheads: Overheads | None = None, served_dtype: str | None = None) -> dict:
+    """The :class:`~simmoe.hardware.profile.HardwareProfile` fields of ``MODEL@GPU[:tpN][+LINK][~SETTING]``.
 
     Resident (no LINK): every expert in HBM, forwards timed by the physical
     model.  Offload (``+LINK``): the event model with copies over LINK (two in
-    flight) and the physical model's compute side, linearised at batch 1.
+    flight) and the physical model's compute side, linearised at batch 1; the
+    speculative serving term is the event model's fixed drafting time, paid by
+    every iteration that drafts.  ``physical`` holds the :class:`PhysicalModel`.
+    :func:`simmoe.hardware.profile.load_profile` builds and validates the profile.
+    ``overheads`` and ``served_dtype`` replace the fitted setting's (what a fit uses).
     """
-    from simmoe.hardware.profile import HardwareProfile, validate
-
     spec = parse_spec(name)
     model, gpu = load_model(spec["model"]), load_gpu(spec["gpu"])
     link: Link | None = load_link(spec["link"]) if spec["link"] else None
-    overheads, setting = overheads_for(spec["setting"], model.key)
-    model = served_model(model, setting.get("served_dtype"))
+    if overheads is None:   # the fitted setting (a fit passes the overheads it is fitting instead)
+        overheads, setting = overheads_for(spec["setting"], model.key)
+        served_dtype = setting.get("served_dtype")
+    model = served_model(model, served_dtype)
     try:
         phys = PhysicalModel(model, gpu, tp=spec["tp"], overheads=overheads)
     except ProfileError as exc:
         raise ProfileError(f"{name}: {exc}") from None
     if link is None:
         check_fits(spec, model, gpu, name)
-    kmax = 64
-    b, beta = phys.cost_model(kmax, levels=4)
+    b, beta = phys.cost_model(64, levels=4)
     one = phys.forward_ms(1, 0.0)
     two = phys.forward_ms(2, 0.0)
+    term = phys.served_term()
     common = dict(
         name=name, device=gpu.name + (f" x {spec['tp']} (tensor parallel)" if spec["tp"] > 1 else ""),
         model=model.name, expert_bytes=model.expert_bytes, num_layers=phys.L_moe,
         description=f"physical cost model: {phys.describe()}"
-                    + (f", experts in host memory over {link.name}" if link else ", every expert resident in HBM"),
+                    + (f", experts in host memory over {link.name}" if link else ", every expert resident in HBM")
+                    + (f"; {term}" if term else ""),
         source=(f"physical cost model (simmoe.hardware.physical): {model.name} geometry (models.toml: "
                 f"{model.key}) x {gpu.name} datasheet (gpus.toml: {gpu.key})"
                 + (f" x {link.name} ({link.gbps} GB/s)" if link else "") + f"; {overheads.source}"),
         forward_ms=one, token_ms=max(two - one, 0.0), commit_ms=overheads.step_ms,
-        draft_level_ms=phys.draft_ms(1), selector_ms=0.0, prefill_token_ms=max(two - one, 0.0),
+        draft_level_ms=phys.draft_ms(1, served=False), draft_fixed_ms=overheads.spec_iteration_ms,
+        selector_ms=0.0, prefill_token_ms=max(two - one, 0.0),
         cost_b_cache=tuple(b), cost_beta_cache=beta, cost_b_no_cache=tuple(b), cost_beta_no_cache=beta,
         notes=(f"tensor parallel {spec['tp']}; " if spec["tp"] > 1 else "") + f"setting {spec['setting']}",
+        physical=phys,
     )
     if link is None:
-        prof = HardwareProfile(resident=True, copies_in_flight=1, copy_ms=0.0,
-                               expert_ms=phys.expert_ms(), **common)
-        return replace(validate(prof), physical=phys)
+        return dict(resident=True, copies_in_flight=1, copy_ms=0.0, expert_ms=phys.expert_ms(), **common)
     copy = model.expert_bytes / spec["tp"] / (link.gbps * 1e9) * 1e3    # ms per expert over the link
     e = phys.expert_ms()
-    prof = HardwareProfile(resident=False, copies_in_flight=2, copy_ms=2 * copy, link_gbps=link.gbps,
-                           expert_ms=e, **{**common, "cost_beta_cache": e + copy, "cost_beta_no_cache": e + copy,
-                                           "expert_bytes": int(model.expert_bytes / spec["tp"])})
-    return replace(validate(prof), physical=phys)
+    return dict(resident=False, copies_in_flight=2, copy_ms=2 * copy, link_gbps=link.gbps, expert_ms=e,
+                **{**common, "cost_beta_cache": e + copy, "cost_beta_no_cache": e + copy,
+                   "expert_bytes": int(model.expert_bytes / spec["tp"])})
 
 
 def counterpart_name(profile) -> str | None:
@@ -422,7 +453,7 @@ def evict_cost_from_unions(phys: PhysicalModel, unions: np.ndarray, n_tokens: np
     n = np.asarray(n_tokens, dtype=np.float64)[None, :]
     t = phys.forward_ms(np.broadcast_to(n, (S, n.shape[1])), unions, np.broadcast_to(ctx, (S, n.shape[1])),
                         n * ctx / max(requests, 1), requests)
-    return phys.draft_ms(levels, requests) + np.asarray(t).mean(axis=0)[1:]
+    return phys.draft_ms(levels, requests, served=False) + np.asarray(t).mean(axis=0)[1:]
 
 
 def profile_evict_cost(trace, phys: PhysicalModel, *, samples: int = 256, batch: int = 1,
@@ -433,8 +464,10 @@ def profile_evict_cost(trace, phys: PhysicalModel, *, samples: int = 256, batch:
     on the running system before decoding; here ``samples`` steps of ``batch``
     requests (positions drawn with a fixed seed, distinct requests) each
     verify their k most probable nodes, and C(k) is drafting plus the mean
-    physical forward.  The serving loop's ``step_ms`` is not part of it
-    (EVICT's C(1) is below its vanilla step).  O(samples · batch · K · L · N / 64).
+    physical forward.  Neither the serving loop's ``step_ms`` (EVICT's C(1) is
+    below its vanilla step) nor the speculative iteration's ``spec_iteration_ms``
+    (Table 4 behaves like the verification pass alone) is part of it: EVICT's
+    selector sees C(k) as EVICT profiled it.  O(samples · batch · K · L · N / 64).
     """
     from simmoe.hardware.union_profile import prefix_unions
 

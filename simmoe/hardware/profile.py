@@ -307,9 +307,9 @@ def list_profiles() -> list[str]:
 def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
     """A shipped profile by name, or a ``.toml`` file by path.  ProfileError names what is wrong."""
     text = str(name_or_path)
+    if not text.strip():        # Path("") is ".", which would be refused as a folder
+        raise ProfileError(f"empty hardware profile name; shipped: {', '.join(list_profiles())}")
     if "@" in text and not text.endswith(".toml"):
-        from simmoe.hardware.physical import build_profile  # MODEL@GPU[:tpN][+LINK][~SETTING]
-
         return build_profile(text)
     path = Path(text)
     if not (text.endswith(".toml") or os.sep in text or path.exists()):
@@ -330,6 +330,18 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
         raise ProfileError(f"{path}: not a text file") from None
     prof = from_dict(doc, origin=str(path))
     return replace(prof, path=str(path))
+
+
+def build_profile(name: str) -> HardwareProfile:
+    """The profile of the physical cost model ``MODEL@GPU[:tpN][+LINK][~SETTING]`` (simmoe.hardware.physical)."""
+    from simmoe.hardware.physical import profile_fields
+
+    return validate(HardwareProfile(**profile_fields(name)))
+
+
+def profile_line(p: HardwareProfile) -> str:
+    """One line naming a profile and what it models; a physical profile's serving term included."""
+    return f"{p.name}: {p.description}" if p.description else p.name
 
 
 def _toml_value(v) -> str:

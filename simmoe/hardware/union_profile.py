@@ -16,7 +16,7 @@ import numpy as np
 
 def _prefix_masks(trace, row: int, K: int) -> np.ndarray:
     """``bool [K + 1, L, N]``: row k is the union of the root's and the k most probable nodes' routes."""
-    from simmoe.replay.selectors import PoolView, probability_order
+    from simmoe.api import PoolView
 
     g = trace.geometry
     L, N = g.num_layers, g.num_experts
@@ -29,7 +29,7 @@ def _prefix_masks(trace, row: int, K: int) -> np.ndarray:
         view = PoolView(row=row, parents=trace.node_parent[s], levels=trace.node_level[s], p=trace.node_p[s],
                         q=trace.node_q[s], agree=trace.node_agree[s], root_routes=trace.root_routes[row],
                         node_routes=trace.node_routes[s], num_experts=N)
-        order = probability_order(view)[:K]
+        order = view.probability_order()[:K]
         routes = trace.node_routes[s][order]                      # [m, L, k]
         m = len(order)
         one = np.zeros((m, L, N), dtype=bool)
@@ -75,10 +75,11 @@ def prefix_unions(trace, K: int, *, samples: int = 256, batch: int = 1, seed: in
     unions = np.zeros((len(picks), K + 1, L), dtype=np.float64)
     contexts = np.zeros(len(picks), dtype=np.float64)
     for i, rows in enumerate(picks):
-        acc = None
+        acc: np.ndarray | None = None
         for row in rows:
             m = _prefix_masks(trace, row, K)
             acc = m if acc is None else (acc | m)
             contexts[i] += prompt[pos_req[row]] + pos_idx[row]
+        assert acc is not None   # every pick holds at least one row
         unions[i] = acc.sum(axis=2)
     return unions, contexts

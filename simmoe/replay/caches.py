@@ -1,4 +1,4 @@
-"""Per-layer expert caches: which experts a forward finds on the GPU and which it copies.
+"""The expert cache: which experts a forward finds on the GPU, which it copies, which stay.
 
 A forward demands, in every layer, the union of the experts its tokens route
 to (SpecFit Eq. 1): ``demand`` is a bool matrix ``[L, N]``.  In each layer an
@@ -7,34 +7,29 @@ and is copied host-to-device exactly once in that forward, whoever else in
 the forward needs it (SpecFit App. B).  Each layer has ``slots`` slots; the
 state carries over between forwards and requests and starts empty (App. B).
 
-Semantics shared by every policy (per layer, per forward):
+:class:`ExpertCache` owns that state and its rules, for any
+:class:`simmoe.api.CachePolicy` (``simmoe.replay.cache_policies`` holds
+simmoe's own; plugins are found by name, :mod:`simmoe.replay.plugins`):
 
 * hits = |demand ∩ resident|, misses = |demand \\ resident|;
-* afterwards the resident set is a subset of ``resident ∪ demand`` of size at
-  most ``slots``, chosen by the policy.  When a forward's union exceeds the
-  slots, a missed expert still passes through a slot (it is computed once its
-  copy lands) and may be dropped again before the forward ends.
+* the policy observes the forward, then the resident set becomes the
+  candidates resident ∪ demand of largest policy score, at most ``slots`` per
+  layer (a score of ``-inf`` is never kept; ties to the smaller id).  When a
+  forward's union exceeds the slots, a missed expert still passes through a
+  slot (it is computed once its copy lands) and may be dropped again before
+  the forward ends;
+* prefetched experts arriving between forwards (:meth:`ExpertCache.insert_many`,
+  :meth:`ExpertCache.insert_layer`) become resident and displace the
+  lowest-scored experts that are not unused prefetches themselves.
 
-Policies (``POLICIES``):
+With one ``budget`` of E experts across all layers (``--cache-experts`` /
+``--cache-mib``) instead of ``slots`` per layer, the same rules hold over the
+whole model: after each forward the E candidates of largest score are kept,
+ties to the smaller (layer, id), and a prefetch displaces the lowest-scored
+expert of any layer (docs/caches.md).
 
-* ``none`` — cleared before every forward: every demanded expert is a miss.
-  ``slots == 0`` gives this behaviour under any policy name.
-* ``lru`` — least recently used (the paper's).  Within a forward, hits are
-  used before misses (hits compute at once, misses after their copy lands),
-  each group in ascending expert id; the state keeps the ``slots`` most
-  recently used experts.
-* ``lfu`` — least frequently used, with frequencies counted over the whole
-  history since the last reset (demands, resident or not); ties go to the
-  more recently used (LRU order as above).  Keeps the ``slots`` experts of
-  largest (frequency, recency).
-* ``belady`` — the offline optimum (MIN with bypass) on the replay's own
-  future demand: keeps the ``slots`` experts whose next demand comes
-  soonest, ties to the smaller id.  It minimises copies over every policy
-  that copies only on demand, so it is a bound, not a deployable policy.
-* ``static`` — the ``slots`` most popular experts per layer (by a given
-  popularity, ties to the smaller id) are pinned: loaded at their first
-  demand and kept; every other expert is copied each forward it is needed
-  and never kept.
+``none`` (or ``slots == 0``) is no cache at all: every demanded expert is a
+miss (:class:`NoCache`).
 
 Cost of :meth:`ExpertCache.forward`: O(L·N) numpy work per forward, plus one
 O(L·N) partition over the layers when some layer overflows its slots.
@@ -42,43 +37,59 @@ O(L·N) partition over the layers when some layer overflows its slots.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from simmoe.api import CacheShape, ForwardEvent
 from simmoe.errors import CheckFailed, SimmoeError
 
 POLICIES = ("none", "lru", "lfu", "belady", "static")
 _LOWEST = np.iinfo(np.int64).min
+_HIGHEST = np.iinfo(np.int64).max
 
 
 class ExpertCache:
-    """Per-layer expert slots under one replacement policy.
+    """Per-layer expert slots ranked by one cache policy.
 
     Counters (cumulative since the last :meth:`reset`): ``copies`` (misses),
     ``hits``, ``forwards``; ``demand`` = copies + hits.
     """
 
-    policy = "base"
-
-    def __init__(self, num_layers: int, num_experts: int, slots: int):
+    def __init__(self, num_layers: int, num_experts: int, slots: int, policy: Any = None, *,
+                 future: Sequence[np.ndarray] | None = None, seed: int = 0, trace: Any = None,
+                 requests: tuple[int, ...] = (), budget: int | None = None):
         if num_layers <= 0 or num_experts <= 0:
             raise SimmoeError(f"cache needs num_layers > 0 and num_experts > 0, got {num_layers}, {num_experts}")
         if slots < 0:
             raise SimmoeError(f"cache slots must be >= 0, got {slots}")
+        if budget is not None and int(budget) < 0:
+            raise SimmoeError(f"cache budget must be >= 0 experts, got {budget}")
         self.num_layers = int(num_layers)
         self.num_experts = int(num_experts)
-        self.slots = min(int(slots), self.num_experts)
+        # one budget across layers: any layer may hold up to all its experts, the total at most `budget`
+        self.budget: int | None = None if budget is None else min(int(budget), self.num_layers * self.num_experts)
+        self._E = self.budget if self.budget is not None else 0
+        self.slots: int = min(int(slots) if budget is None else self._E, self.num_experts)
+        self.policy = policy
+        self.name = getattr(policy, "name", "none")
+        self._unique = bool(getattr(policy, "unique_scores", False))
+        self._inserted = getattr(policy, "inserted", None)
+        self._shape = CacheShape(self.num_layers, self.num_experts, self.slots, budget=self.budget,
+                                 future=future, seed=seed, trace=trace, requests=requests)
         self.reset()
 
     # -- public -------------------------------------------------------------
     def reset(self) -> None:
-        """Empty every layer and zero the counters (policy state included)."""
+        """Empty every layer and zero the counters (the policy is reset too)."""
         self.resident = np.zeros((self.num_layers, self.num_experts), dtype=bool)
+        self._count = np.zeros(self.num_layers, dtype=np.int64)   # resident experts per layer
         self.copies = 0
         self.hits = 0
         self.forwards = 0
-        self._reset_policy()
+        if self.policy is not None:
+            self.policy.reset(self._shape)
 
     @property
     def demand(self) -> int:
@@ -90,215 +101,238 @@ class ExpertCache:
         total = self.copies + self.hits
         return self.hits / total if total else 0.0
 
-    def forward(self, demand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def forward(self, demand: np.ndarray, kind: str = "step", requests=(),
+                positions=()) -> tuple[np.ndarray, np.ndarray]:
         """Serve one forward's per-layer expert union; return (hits int[L], misses int[L])."""
         demand = np.asarray(demand)
         if demand.shape != (self.num_layers, self.num_experts) or demand.dtype != np.bool_:
             raise SimmoeError(f"demand must be bool [{self.num_layers}, {self.num_experts}], "
                               f"got {demand.dtype} {list(demand.shape)}")
         hit_mask = demand & self.resident
+        self.last_hits = hit_mask            # what the forward found resident (for observers)
         hits = hit_mask.sum(axis=1)
         misses = demand.sum(axis=1) - hits
-        self._update(demand, hit_mask, misses)
+        self._update(demand, hit_mask, misses, kind, requests, positions)
         self.forwards += 1
         self.hits += int(hits.sum())
         self.copies += int(misses.sum())
         return hits, misses
 
-    # -- policy hooks -------------------------------------------------------
-    def _reset_policy(self) -> None:
-        pass
+    def insert_many(self, pairs: np.ndarray, per_layer: np.ndarray, protected: np.ndarray) -> None:
+        """Prefetched experts (flat layer·N + expert, in arrival order) become resident.
 
-    def _update(self, demand: np.ndarray, hit_mask: np.ndarray, misses: np.ndarray) -> None:
-        raise NotImplementedError
-
-    # -- helpers --------------------------------------------------------------
-    def _keep_largest(self, candidates: np.ndarray, key: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Per layer, the ``slots`` candidates of largest ``key`` (keys unique among candidates).
-
-        ``counts``: candidates per layer.  One partition over all layers (a
-        layer within its slots keeps everything: its threshold is the lowest
-        value): O(L·N) per forward.
+        In a full layer each displaces the lowest-scored resident expert
+        outside ``protected`` [L, N] (unused prefetches) and outside the new
+        ones.  The caller guarantees protected + new ≤ slots per layer (under
+        a budget: ≤ budget in all, and the lowest-scored expert of any layer goes).
         """
-        if counts.max(initial=0) <= self.slots:
-            return candidates
-        masked = np.where(candidates, key, _LOWEST)
+        if self._inserted is not None:
+            self._inserted(pairs)
+        self.resident.reshape(-1)[pairs] = True
+        self._count += per_layer
+        if self.budget is not None:
+            if int(self._count.sum()) > self._E:
+                new = np.zeros(self.num_layers * self.num_experts, dtype=bool)
+                new[pairs] = True
+                self._keep_global(self._scores(), protected.reshape(-1) | new)
+                if not self.resident.reshape(-1)[pairs].all():
+                    raise CheckFailed("prefetch: the cache budget has no expert left to evict")
+            return
+        if self._count.max(initial=0) <= self.slots:
+            return
+        over = np.flatnonzero(self._count > self.slots)
+        new = np.zeros((self.num_layers, self.num_experts), dtype=bool)
+        new.reshape(-1)[pairs] = True
+        forced = protected[over] | new[over]
+        self.resident[over] = self._keep(self.resident[over], self._scores()[over], forced)
+        self._count[over] = self.slots
+        if not self.resident.reshape(-1)[pairs].all():     # forced ones rank first: no room was left
+            raise CheckFailed("prefetch: a full layer has no expert left to evict")
+
+    def insert_layer(self, layer: int, experts: np.ndarray, protected: np.ndarray) -> None:
+        """:meth:`insert_many` for ``experts`` (ids, in order) of one ``layer``, ``protected`` [N].
+
+        Next-layer prefetch inserts one layer at a time, on its hot path: this
+        ranks that layer's candidates only (under a budget, every layer's, and
+        ``protected`` must then be the whole [L, N] matrix).
+        """
+        n = len(experts)
+        if self.budget is not None:
+            self._insert_layer_global(layer, np.asarray(experts, dtype=np.int64), protected)
+            return
+        evict = max(0, int(self._count[layer]) + n - self.slots)
+        if evict:
+            cand = np.flatnonzero(self.resident[layer] & ~protected)
+            if len(cand) < evict:
+                raise CheckFailed("prefetch: a full layer has no expert left to evict")
+            key = self._scores()[layer, cand]
+            order = np.lexsort((cand, key)) if not self._unique else np.argsort(key)
+            self.resident[layer, cand[order[:evict]]] = False
+        if self._inserted is not None:
+            self._inserted(layer * self.num_experts + np.asarray(experts, dtype=np.int64))
+        self._count[layer] += n - evict
+        self.resident[layer, experts] = True
+
+    # -- the keep rule ----------------------------------------------------------
+    def _scores(self) -> np.ndarray:
+        s = np.asarray(self.policy.scores())
+        if s.shape != (self.num_layers, self.num_experts):
+            raise SimmoeError(f"cache policy {self.name!r}: scores() returned shape {list(s.shape)}, "
+                              f"expected [{self.num_layers}, {self.num_experts}]")
+        return s
+
+    def _update(self, demand, hit_mask, misses, kind, requests, positions) -> None:
+        self.policy.observe(ForwardEvent(demand, hit_mask, self.forwards, kind, requests, positions))
+        np.logical_or(self.resident, demand, out=self.resident)
+        self._count += misses
+        scores = self.policy.scores() if self._unique else self._scores()   # simmoe's own: shape known
+        if scores.dtype.kind == "f" and scores.min(initial=0.0) == -np.inf:     # some expert is never kept
+            never = scores == -np.inf
+            dropped = self.resident & never
+            if dropped.any():
+                self.resident &= ~never
+                self._count -= dropped.sum(axis=1)
+        if self.budget is not None:
+            if int(self._count.sum()) > self._E:
+                self._keep_global(scores, None)
+            return
+        if self._count.max(initial=0) > self.slots:
+            # every layer at once: a layer within its slots keeps everything (its threshold is the lowest key)
+            self.resident = self._keep(self.resident, scores, None)
+            np.minimum(self._count, self.slots, out=self._count)
+
+    def _keep_global(self, scores: np.ndarray, forced: np.ndarray | None) -> None:
+        """Under one budget: keep the ``budget`` resident experts of largest score (``forced`` [L·N] first).
+
+        Ties go to the smaller flat index ``layer·N + id``, i.e. the smaller (layer, id).
+        """
+        flat = self.resident.reshape(-1)
+        cand = np.flatnonzero(flat)
+        if len(cand) <= self._E:
+            return
+        key = scores.reshape(-1)[cand]
+        top = np.inf if key.dtype.kind == "f" else _HIGHEST
+        if key.dtype.kind != "f":
+            key = key.astype(np.int64, copy=False)
+        if forced is not None:
+            key = np.where(forced[cand], top, key)
+        order = np.lexsort((-cand, key))          # ascending score, then descending index: drop the head
+        drop = cand[order[:len(cand) - self._E]]
+        flat[drop] = False
+        self._count -= np.bincount(drop // self.num_experts, minlength=self.num_layers)
+
+    def _insert_layer_global(self, layer: int, experts: np.ndarray, protected: np.ndarray) -> None:
+        """:meth:`insert_layer` under one budget: evict the lowest-scored experts of any layer."""
+        n = len(experts)
+        N = self.num_experts
+        evict = max(0, int(self._count.sum()) + n - self._E)
+        if evict:
+            cand = np.flatnonzero(self.resident.reshape(-1) & ~protected.reshape(-1))
+            if len(cand) < evict:
+                raise CheckFailed("prefetch: the cache budget has no expert left to evict")
+            key = self._scores().reshape(-1)[cand]
+            if key.dtype.kind != "f":
+                key = key.astype(np.int64, copy=False)
+            out = cand[np.lexsort((-cand, key))[:evict]]     # lowest score first, ties: the larger index
+            self.resident.reshape(-1)[out] = False
+            self._count -= np.bincount(out // N, minlength=self.num_layers)
+        if self._inserted is not None:
+            self._inserted(layer * N + experts)
+        self._count[layer] += n
+        self.resident[layer, experts] = True
+
+    def _keep(self, candidates: np.ndarray, key: np.ndarray, forced: np.ndarray | None) -> np.ndarray:
+        """Per row, the ``slots`` candidates of largest ``key`` (``forced`` ones first).
+
+        One partition over the rows when keys are distinct (simmoe's own
+        policies); otherwise ties go to the smaller expert id.
+        """
+        if key.dtype.kind == "f":
+            top = np.inf
+            low = -np.inf
+        else:
+            key = key.astype(np.int64, copy=False)
+            top, low = _HIGHEST, _LOWEST
+        if forced is not None and forced.any():
+            key = np.where(forced, top, key)
+        masked = np.where(candidates, key, low)
         cut = self.num_experts - self.slots
         threshold = np.partition(masked, cut, axis=1)[:, cut]
-        return candidates & (masked >= threshold[:, None])
+        unique = self._unique and (forced is None or not forced.any())
+        if not unique and masked.dtype == np.float64:
+            return self._ties(candidates, masked, threshold[:, None])
+        kept = candidates & (masked >= threshold[:, None])
+        if unique:
+            return kept
+        over = np.flatnonzero(kept.sum(axis=1) > self.slots)
+        if len(over):   # integer keys compared as float64, as a per-row sort by (-key, id) would
+            sub = masked[over].astype(np.float64)
+            kept[over] = self._ties(candidates[over], sub, np.partition(sub, cut, axis=1)[:, cut][:, None])
+        return kept
+
+    def _ties(self, cand: np.ndarray, key: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Per row, every candidate above the row's threshold (its slots-th largest key), then the first
+        (smallest-id) candidates equal to it, up to the slots: ties at the threshold to the smaller id."""
+        above = cand & (key > thr)
+        at = cand & (key == thr)
+        need = self.slots - above.sum(axis=1, keepdims=True)
+        tied = np.flatnonzero(at.sum(axis=1) > need[:, 0])      # more equal to the threshold than room
+        if len(tied):
+            at[tied] &= np.cumsum(at[tied], axis=1) <= need[tied]
+        return above | at
 
 
 class NoCache(ExpertCache):
-    """Cleared before every forward: every demanded expert is copied."""
+    """No cache: every demanded expert is copied, nothing is kept."""
 
-    policy = "none"
+    def __init__(self, num_layers: int, num_experts: int, slots: int = 0, policy: Any = None, **_: Any):
+        super().__init__(num_layers, num_experts, 0, None)
+        self.name = "none"
 
-    def _update(self, demand, hit_mask, misses):
+    def _update(self, demand, hit_mask, misses, kind, requests, positions) -> None:
         pass  # resident stays empty
 
 
-class LRUCache(ExpertCache):
-    """Least recently used, per layer (SpecFit §4.1)."""
+def builtin_policy(name: str, popularity: np.ndarray | None = None):
+    """A new instance of one of simmoe's own cache policies (``none`` → None)."""
+    from simmoe.replay import cache_policies as cp
 
-    policy = "lru"
-    # recency stamps stay below this, so that LFU can pack (frequency, stamp) in one int64
-    STAMP_LIMIT = 1 << 32
-
-    def _reset_policy(self):
-        # recency stamp: clock + (N if miss) + expert id, the clock advancing 2N per forward; -1 = never used
-        self._stamp = np.full((self.num_layers, self.num_experts), -1, dtype=np.int64)
-        self._ids = np.arange(self.num_experts, dtype=np.int64)
-        self._clock = 0
-        self._count = np.zeros(self.num_layers, dtype=np.int64)   # resident experts per layer
-
-    def _touch(self, demand, hit_mask):
-        N = self.num_experts
-        if self._clock + 2 * N >= self.STAMP_LIMIT:
-            self._renumber()
-        np.copyto(self._stamp, self._ids + (self._clock + N), where=demand)   # misses last
-        np.copyto(self._stamp, self._ids + self._clock, where=hit_mask)       # hits before them
-        self._clock += 2 * N
-
-    def _renumber(self):
-        """Replace stamps by their rank within the layer (order kept): rare, O(L·N log N)."""
-        used = self._stamp >= 0
-        rank = np.argsort(np.argsort(np.where(used, self._stamp, -1), axis=1, kind="stable"), axis=1)
-        self._stamp = np.where(used, rank, -1).astype(np.int64)
-        self._clock = self.num_experts
-
-    def _priority(self):
-        return self._stamp
-
-    def _update(self, demand, hit_mask, misses):
-        self._touch(demand, hit_mask)
-        np.logical_or(self.resident, demand, out=self.resident)
-        self._count += misses
-        self.resident = self._keep_largest(self.resident, self._priority(), self._count)
-        np.minimum(self._count, self.slots, out=self._count)
+    if name == "none":
+        return None
+    if name == "static":
+        return cp.Static(popularity)
+    classes = {"lru": cp.LRU, "lfu": cp.LFU, "belady": cp.Belady}
+    if name not in classes:
+        raise SimmoeError(f"unknown cache policy {name!r}; choose one of {', '.join(POLICIES)}")
+    return classes[name]()
 
 
-class LFUCache(LRUCache):
-    """Least frequently used over the whole history, ties to the least recently used."""
-
-    policy = "lfu"
-
-    def _reset_policy(self):
-        super()._reset_policy()
-        self._freq = np.zeros((self.num_layers, self.num_experts), dtype=np.int64)
-
-    def _priority(self):
-        # (frequency, recency) as one int64: frequency < 2^31 forwards, stamps < 2^32
-        return (self._freq << 32) | np.maximum(self._stamp, 0)
-
-    def _update(self, demand, hit_mask, misses):
-        self._freq += demand
-        super()._update(demand, hit_mask, misses)
-
-
-class BeladyCache(ExpertCache):
-    """Offline optimum (MIN with bypass) on a known future of demand matrices.
-
-    ``future[t]`` must be the demand of the t-th call to :meth:`forward`
-    after a reset; a mismatch raises :class:`CheckFailed`.  Next-use times are
-    kept as sorted occurrence lists per (layer, expert): memory O(Σ demand).
-    """
-
-    policy = "belady"
-
-    def __init__(self, num_layers, num_experts, slots, future: Iterable[np.ndarray]):
-        L, N = int(num_layers), int(num_experts)
-        flats, times = [], []
-        t = -1
-        for t, d in enumerate(future):
-            d = np.asarray(d, dtype=bool)
-            if d.shape != (L, N):
-                raise SimmoeError(f"belady future[{t}] must be bool [{L}, {N}], got {list(d.shape)}")
-            f = np.flatnonzero(d)
-            flats.append(f)
-            times.append(np.full(len(f), t, dtype=np.int64))
-        self._horizon = t + 1
-        flat = np.concatenate(flats) if flats else np.zeros(0, np.int64)
-        when = np.concatenate(times) if times else np.zeros(0, np.int64)
-        order = np.argsort(flat, kind="stable")  # stable: times stay ascending per expert
-        self._occ = when[order]
-        counts = np.bincount(flat, minlength=L * N).astype(np.int64)
-        self._start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self._count = counts
-        super().__init__(num_layers, num_experts, slots)
-
-    def _reset_policy(self):
-        L, N = self.num_layers, self.num_experts
-        self._ptr = np.zeros(L * N, dtype=np.int64)
-        self._never = self._horizon + 1
-        nxt = np.full(L * N, self._never, dtype=np.int64)
-        has = self._count > 0
-        nxt[has] = self._occ[self._start[has]]
-        self._next = nxt
-        self._ids = np.arange(N, dtype=np.int64)
-
-    def _update(self, demand, hit_mask, misses):
-        t = self.forwards
-        flat = np.flatnonzero(demand)
-        due = self._next == t
-        if t >= self._horizon or len(flat) != int(due.sum()) or not due[flat].all():
-            raise CheckFailed(f"belady cache: demand of forward {t} differs from the future it was given")
-        self._ptr[flat] += 1
-        p = self._ptr[flat]
-        later = p < self._count[flat]
-        self._next[flat] = self._never
-        self._next[flat[later]] = self._occ[self._start[flat[later]] + p[later]]
-        nxt = self._next.reshape(self.num_layers, self.num_experts)
-        # keep the soonest next use: largest key = -(next * N + id)
-        key = -(nxt * self.num_experts + self._ids)
-        candidates = self.resident | demand
-        self.resident = self._keep_largest(candidates, key, candidates.sum(axis=1))
-
-
-class StaticCache(ExpertCache):
-    """The ``slots`` most popular experts per layer are pinned (loaded at first demand, kept)."""
-
-    policy = "static"
-
-    def __init__(self, num_layers, num_experts, slots, popularity):
-        pop = np.asarray(popularity, dtype=np.float64)
-        if pop.shape != (num_layers, num_experts):
-            raise SimmoeError(f"static cache popularity must be [{num_layers}, {num_experts}], got {list(pop.shape)}")
-        if not np.isfinite(pop).all():
-            raise SimmoeError("static cache popularity must be finite")
-        s = min(max(int(slots), 0), num_experts)
-        # most popular first, ties to the smaller id (stable sort of -pop)
-        order = np.argsort(-pop, axis=1, kind="stable")[:, :s]
-        pinned = np.zeros((num_layers, num_experts), dtype=bool)
-        np.put_along_axis(pinned, order, True, axis=1)
-        self.pinned = pinned
-        super().__init__(num_layers, num_experts, slots)
-
-    def _update(self, demand, hit_mask, misses):
-        self.resident |= demand & self.pinned
-
-
-def make_cache(policy: str, num_layers: int, num_experts: int, slots: int, *,
-               future: Sequence[np.ndarray] | None = None,
-               popularity: np.ndarray | None = None) -> ExpertCache:
+def make_cache(policy: Any, num_layers: int, num_experts: int, slots: int, *,
+               future: Sequence[np.ndarray] | None = None, popularity: np.ndarray | None = None,
+               seed: int = 0, trace: Any = None, requests: tuple[int, ...] = (),
+               budget: int | None = None) -> ExpertCache:
     """Build a cache.  ``slots == 0`` means no cache (policy ``none``) whatever ``policy`` says.
 
-    ``belady`` needs ``future`` (the sequence of demand matrices the replay
-    will present, in order); ``static`` needs ``popularity`` ``[L, N]``.
+    ``budget``: when not None, one budget of experts across all layers instead
+    of ``slots`` per layer (``budget == 0``: no cache).
+
+    ``policy``: a name of simmoe's own policies or a :class:`simmoe.api.CachePolicy`
+    instance.  ``belady`` needs ``future`` (the sequence of demand matrices the
+    replay will present, in order); ``static`` needs ``popularity`` ``[L, N]``
+    or ``future``.
     """
-    if policy not in POLICIES:
+    if isinstance(policy, str) and policy not in POLICIES:
         raise SimmoeError(f"unknown cache policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if slots is None or int(slots) < 0:
         raise SimmoeError(f"cache slots must be >= 0, got {slots}")
-    if policy == "none" or int(slots) == 0:
-        return NoCache(num_layers, num_experts, 0)
-    if policy == "lru":
-        return LRUCache(num_layers, num_experts, slots)
-    if policy == "lfu":
-        return LFUCache(num_layers, num_experts, slots)
-    if policy == "belady":
-        if future is None:
-            raise SimmoeError("cache policy 'belady' needs the future demand (a first pass over the replay)")
-        return BeladyCache(num_layers, num_experts, slots, future)
-    if popularity is None:
-        raise SimmoeError("cache policy 'static' needs expert popularity [L, N]")
-    return StaticCache(num_layers, num_experts, slots, popularity)
+    if budget is not None and int(budget) < 0:
+        raise SimmoeError(f"cache budget must be >= 0 experts, got {budget}")
+    size = int(slots) if budget is None else int(budget)
+    if policy == "none" or policy is None or size == 0:
+        return NoCache(num_layers, num_experts)
+    if isinstance(policy, str):
+        if policy == "static" and popularity is None and future is None:
+            raise SimmoeError("cache policy 'static' needs expert popularity [L, N]")
+        policy = builtin_policy(policy, popularity)
+    return ExpertCache(num_layers, num_experts, slots, policy, future=future, seed=seed, trace=trace,
+                       requests=requests, budget=budget)

@@ -1,549 +1,401 @@
-"""The replay engine: a trace, a selector, a cache and a hardware profile → per-cycle records.
+"""The replay engine: one cycle loop whose stages compose, for every setting.
 
-Greedy verification is lossless, so a trace fixes the committed text and a
-replay only decides where cycles begin (SpecFit §2; the trace contract in
-:mod:`simmoe.trace.schema`).  Per request, a cursor ``t`` runs over the
-output positions:
+A trace fixes, per output position, the pool the drafter builds and what the
+target accepts (the trace contract, :mod:`simmoe.trace.schema`); a replay
+decides where cycles begin and what each costs.  Every step of every replay
+passes through the same stages, each a small interface with interchangeable
+implementations (docs/architecture.md draws the cycle):
 
-    pool(t) → the selector chooses S and how many levels were drafted
-            → accepted path = longest root-to-node path inside S whose nodes
-              all agree → commit 1 + its length (at most the positions left)
-            → t advances by that.
+    admission      continuous batching of B requests (B = 1: one at a time)   admission.py
+    pools          each request's pool, routes as the selector may know them  pools.py
+    selection      a Selector (simmoe.api), batch-aware costs at B > 1        selection.py
+    verification   greedy, or sampled at temperature T                        verification.py
+    demand         the per-layer expert union across the batch (Eq. 1)        demand.py
+    residency      resident weights, or cache policy + prefetch policy +      residency.py
+                   copy engine                                                 caches.py, copy_engine.py
+    timing         event, simpy, closed, or the physical model                 timing.py
+    metrics        per step, per request-cycle, per request                   results.py
 
-The replay has two passes, because selections never depend on the cache:
+The first five stages never look at residency unless the selector declares
+``uses_residency``; then their outcome — the :class:`~simmoe.replay.schedule.Schedule`
+— is recorded once and replayed through any residency and timing setting
+(``plans`` memoizes it across calls: one plan serves every cache policy and
+size, which is what makes a sweep cheap).  A residency-reading selector runs
+the same stages live, inside the loop, with the residency stage at hand.
 
-1. :func:`plan` runs the selector over the trace once and records, per
-   cycle, the selected nodes' count, drafted levels, committed tokens, the
-   selector's wall time and the forward's expert demand (the per-layer union
-   of the true routes of the root and of S, Eq. 1), bit-packed.
-2. :func:`simulate` replays the demands through an expert cache (state
-   carried over between requests, starting empty: SpecFit App. B), the
-   prefill of every request first, and times every forward with the
-   profile's :class:`~simmoe.replay.timing.CycleTimer`.
-
-One plan serves every cache policy and size, which is what makes a sweep
-cheap.  :func:`replay` runs both for one :class:`ReplayConfig`.
+Combinations refused, one line each (exit 2), because they have no meaning:
+prefetching, a cache, or a timeline with every expert resident (nothing is
+copied); ``--prefetch oracle`` with a selector that selects from what has
+been prefetched (the oracle knows the selection before it is made); an
+offline cache policy (``needs_future``) with such a selector (its future
+depends on the cache).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
 from simmoe.errors import CheckFailed, SimmoeError
-from simmoe.replay.route_prediction import RoutePredictor, check_accuracy
-from simmoe.replay.selectors import (
-    SELECTORS,
-    PoolView,
-    SelectorContext,
-    accepted_length,
-    make_selector,
+from simmoe.replay import plugins
+from simmoe.replay.config import (  # noqa: F401  (the replay's public names, re-exported)
+    DEFAULT_PROFILE,
+    SELECTOR_CLOCKS,
+    TIMING_MODELS,
+    ReplayConfig,
+    ar_baseline,
+    check_batch,
+    check_budget,
+    check_profile_geometry,
+    plan_key,
+    requests_of,
 )
+from simmoe.replay.results import ReplayResult
+from simmoe.replay.schedule import Prefill, Schedule, ScheduleRecorder, Stages, live_steps
+from simmoe.replay.schedule import plan as plan_stages
 from simmoe.replay.workers import run_groups, shared
 
-CACHE_POLICIES = ("lru", "lfu", "belady", "static", "none")
-TIMING_MODELS = ("event", "simpy", "closed")
-SELECTOR_CLOCKS = ("wall", "cpu")
-DEFAULT_PROFILE = "a100-pcie-40gb"
+CACHE_POLICIES = ("lru", "lfu", "belady", "static", "none")   # simmoe's own (plugins: simmoe.replay.plugins)
 
 
-@dataclass(frozen=True)
-class ReplayConfig:
-    """One replay configuration.
+def check_setting(trace, config: ReplayConfig, profile) -> None:
+    """Refuse, in one line, a combination of stages with no physical meaning (module docstring)."""
+    from simmoe.replay.selection import selector_flags
 
-    ``selector_ms=None`` uses the measured selector time, read from the
-    ``selector_clock``: ``"wall"`` (elapsed time, as the paper measures it)
-    or ``"cpu"`` (the selecting thread's CPU time: the same on an idle core,
-    but not inflated when other processes share the machine).
-    """
-
-    selector: str = "specfit"
-    slots: int = 48
-    cache: str = "lru"
-    hardware: str = DEFAULT_PROFILE
-    route_accuracy: float = 1.0
-    selector_ms: float | None = None
-    selector_clock: str = "wall"
-    timing: str = "event"
-    seed: int = 0
-    requests: int | None = None
-    options: tuple[tuple[str, float], ...] = ()
-    # 0: greedy verification; T > 0: sampled verification (simmoe.replay.sampling), its draws keyed by
-    # ``sampling_seed`` (None: ``seed``; hwprobe runs record theirs apart from the route seed)
-    temperature: float = 0.0
-    sampling_seed: int | None = None
-
-    @property
-    def draw_seed(self) -> int:
-        """The seed of the target's draws at temperature > 0."""
-        return int(self.seed if self.sampling_seed is None else self.sampling_seed)
-
-    @property
-    def cache_active(self) -> bool:
-        """Whether an expert cache keeps experts between forwards."""
-        return self.slots > 0 and self.cache != "none"
-
-    def validate(self) -> ReplayConfig:
-        if self.selector not in SELECTORS:
-            raise SimmoeError(f"unknown selector {self.selector!r}; known: {', '.join(SELECTORS)}")
-        if isinstance(self.slots, bool) or int(self.slots) != self.slots or self.slots < 0:
-            raise SimmoeError(f"slots must be a non-negative integer, got {self.slots!r}")
-        if self.cache not in CACHE_POLICIES:
-            raise SimmoeError(f"unknown cache policy {self.cache!r}; known: {', '.join(CACHE_POLICIES)}")
-        if self.timing not in TIMING_MODELS:
-            raise SimmoeError(f"unknown timing model {self.timing!r}; known: {', '.join(TIMING_MODELS)}")
-        check_accuracy(self.route_accuracy)
-        if self.selector_clock not in SELECTOR_CLOCKS:
-            raise SimmoeError(f"unknown selector clock {self.selector_clock!r}; known: {', '.join(SELECTOR_CLOCKS)}")
-        if self.selector_ms is not None and not (math.isfinite(float(self.selector_ms))
-                                                 and float(self.selector_ms) >= 0.0):
-            raise SimmoeError(f"selector time must be a non-negative number of ms, got {self.selector_ms!r}")
-        if self.requests is not None and int(self.requests) < 1:
-            raise SimmoeError(f"requests must be at least 1, got {self.requests!r}")
-        from simmoe.trace.sampling import check_temperature_value
-
-        check_temperature_value(self.temperature, "temperature")
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["options"] = dict(self.options)
-        return d
+    coupled = selector_flags(config.selector)["uses_residency"]
+    if not profile.resident:
+        check_budget(trace, config)
+        _check_cache_policy(trace, config)
+    if profile.resident and config.prefetch != "none":
+        raise SimmoeError(f"--prefetch {config.prefetch}: profile {profile.name} keeps every expert on the "
+                          "device (resident regime): there are no copies to prefetch")
+    if profile.resident and coupled:
+        raise SimmoeError(f"selector {config.selector!r} selects from the experts on their way to the device; "
+                          f"profile {profile.name} keeps every expert there (resident regime)")
+    if config.prefetch != "none" and coupled and getattr(plugins.load("prefetch", config.prefetch),
+                                                          "knows_truth", False):
+        raise SimmoeError(f"--prefetch {config.prefetch} knows the verified subtree before it is selected; "
+                          f"selector {config.selector!r} selects from what has been prefetched, so the "
+                          "two cannot be combined")
+    if coupled and config.cache_active and getattr(plugins.load("cache", config.cache), "needs_future", False):
+        raise SimmoeError(f"cache policy {config.cache!r} needs the replay's demand in advance, which "
+                          f"selector {config.selector!r} changes as it selects from the cache")
+    if config.prefetch != "none" and len(trace.node_parent) == 0 and config.prefetch == "draft":
+        raise SimmoeError("--prefetch draft: the trace holds no draft pools, so no route predictions "
+                          "to prefetch from (use --prefetch next-layer or oracle)")
 
 
-# --------------------------------------------------------------------------
-# pass 1: selection
-# --------------------------------------------------------------------------
-@dataclass
-class Plan:
-    """Selections of one selector over a trace (independent of the cache).
+def _check_cache_policy(trace, config) -> None:
+    """A cache policy's optional ``check(shape)``: refuse, before any work, a replay it cannot serve."""
+    if not config.cache_active:
+        return
+    check = getattr(plugins.load("cache", config.cache), "check", None)
+    if check is None:
+        return
+    from simmoe.api import CacheShape
 
-    Per-cycle arrays have one entry per cycle, in replay order; ``demand``
-    holds each forward's expert demand ``bool [L, N]`` bit-packed per cycle.
-    """
-
-    selector: str
-    num_requests: int
-    request: np.ndarray          # int32 [C]
-    row: np.ndarray              # int64 [C]: trace position row of the cycle's root
-    position: np.ndarray         # int32 [C]: output position t of the root
-    draft_nodes: np.ndarray      # int16 [C]: |S|
-    accepted: np.ndarray         # int16 [C]: accepted path length
-    committed: np.ndarray        # int16 [C]: tokens committed (1 + accepted, capped)
-    drafted_levels: np.ndarray   # int8  [C]
-    pool_levels: np.ndarray      # int8  [C]: depth of the recorded pool
-    pool_size: np.ndarray        # int16 [C]
-    selector_ms: np.ndarray      # float64 [C]: measured wall time of the selection
-    selector_cpu_ms: np.ndarray  # float64 [C]: CPU time of the selecting thread
-    demand: np.ndarray           # uint8 [C, ceil(L*N/8)]
-    selected: np.ndarray         # int16 [Σ|S|]: pool-local ids of S, cycle after cycle
-    output_len: np.ndarray       # int32 [R]
-    prompt_len: np.ndarray       # int32 [R]
-    num_layers: int
-    num_experts: int
-    selector_uses_time: bool = True  # False for AR: no selector runs
-    wall_s: float = 0.0
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def num_cycles(self) -> int:
-        return len(self.request)
-
-    def selected_of(self, c: int) -> np.ndarray:
-        """Pool-local ids of the nodes verified in cycle ``c`` (ascending)."""
-        ptr = self._selected_ptr()
-        return self.selected[ptr[c]:ptr[c + 1]]
-
-    def _selected_ptr(self) -> np.ndarray:
-        if getattr(self, "_ptr", None) is None:
-            self._ptr = np.concatenate([[0], np.cumsum(self.draft_nodes, dtype=np.int64)])
-        return self._ptr
-
-    def demand_of(self, c: int) -> np.ndarray:
-        L, N = self.num_layers, self.num_experts
-        return np.unpackbits(self.demand[c], count=L * N).view(bool).reshape(L, N)
-
-
-def _view(trace, row: int, predictor: RoutePredictor, num_experts: int, agree=None) -> PoolView:
-    s = trace.pool_slice(row)
-    root_routes, node_routes = predictor.predict(row, trace.root_routes[row], trace.node_routes[s])
-    agree = trace.node_agree if agree is None else agree  # the verdicts (only the oracle looks)
-    return PoolView(row=row, parents=trace.node_parent[s], levels=trace.node_level[s],
-                    p=trace.node_p[s], q=trace.node_q[s], agree=agree[s],
-                    root_routes=root_routes, node_routes=node_routes, num_experts=num_experts)
-
-
-def selector_context(trace, profile, config: ReplayConfig) -> SelectorContext:
-    """The selector's configuration: the trace's K, the profile's cost models (Eq. 4, EVICT C(k))."""
-    cls = SELECTORS[config.selector]
-    cost = profile.cost_model(config.cache_active) if cls.uses_cost else None
-    if cls.uses_evict_cost:  # a physical profile's C(k) is profiled on the trace (simmoe.replay.batch)
-        from simmoe.replay.batch import evict_table
-
-        evict = evict_table(trace, profile)
-    else:
-        evict = ()
-    return SelectorContext(K=trace.pool_shape.K, cost=cost, evict_cost=evict,
-                           options=dict(config.options))
-
-
-def plan(trace, config: ReplayConfig, profile=None, *,
-         progress: Callable[[int], None] | None = None) -> Plan:
-    """Pass 1: run the selector over every cycle of the first ``config.requests`` requests.
-
-    O(cycles · selector); the demand of a cycle is built by fancy indexing
-    over the selected nodes' true routes, O(|S|·L·k + L·N / 8).
-    """
-    from solvers.errors import InvalidInput  # importing solvers is slow: not for `simmoe --help`
-
-    config = config.validate()
-    if profile is None and (SELECTORS[config.selector].uses_cost
-                            or SELECTORS[config.selector].uses_evict_cost):
-        from simmoe.hardware.profile import load_profile
-
-        profile = load_profile(config.hardware)
     g = trace.geometry
-    L, N = g.num_layers, g.num_experts
-    R = len(trace.requests) if config.requests is None else min(int(config.requests), len(trace.requests))
-    if R == 0:
-        raise SimmoeError("the trace has no requests")
-    selector = make_selector(config.selector, selector_context(trace, profile, config))
-    predictor = RoutePredictor(N, config.route_accuracy, config.seed)
-    # the verdicts: greedy agreement, or at T > 0 the target's draws (simmoe.replay.sampling)
-    from simmoe.replay.sampling import sampled_agree
-    from simmoe.trace.sampling import check_replay_temperature
-
-    check_replay_temperature(trace, config.temperature)
-    verdicts = sampled_agree(trace, float(config.temperature), config.draw_seed)
-    starts = np.array([trace.request_positions(r)[0] for r in range(R)]
-                      + [trace.request_positions(R - 1)[1]], dtype=np.int64)
-    output_len = np.asarray(trace.requests.output_len[:R], dtype=np.int32)
-    for r in range(R):
-        if starts[r + 1] - starts[r] != output_len[r]:
-            raise SimmoeError(f"request {r} has {starts[r + 1] - starts[r]} positions but "
-                              f"output length {output_len[r]}")
-    P = int(starts[R])
-    t0 = time.perf_counter()
-    if selector.needs_prepare:
-        try:
-            selector.prepare(trace, R, lambda rows: [_view(trace, int(i), predictor, N, verdicts) for i in rows])
-        except InvalidInput as exc:
-            raise SimmoeError(f"selector {config.selector!r}: {exc}") from None
-
-    nbytes = (L * N + 7) // 8
-    request = np.empty(P, np.int32)
-    row_a = np.empty(P, np.int64)
-    pos_a = np.empty(P, np.int32)
-    nodes_a = np.empty(P, np.int16)
-    acc_a = np.empty(P, np.int16)
-    com_a = np.empty(P, np.int16)
-    lev_a = np.empty(P, np.int8)
-    plev_a = np.empty(P, np.int8)
-    psize_a = np.empty(P, np.int16)
-    sel_a = np.empty(P, np.float64)
-    cpu_a = np.empty(P, np.float64)
-    demand = np.empty((P, nbytes), np.uint8)
-    selected: list[np.ndarray] = []
-
-    layer_offset = (np.arange(L, dtype=np.int64) * N)[:, None]      # [L, 1]
-    node_ptr, node_level = trace.node_ptr, trace.node_level
-    node_parent, node_agree, node_routes = trace.node_parent, verdicts, trace.node_routes
-    root_routes = trace.root_routes
-    perf, cpu = time.perf_counter, time.thread_time
-    mask = np.zeros(L * N, dtype=bool)
-    c = 0
-    for r in range(R):
-        start, n_out = int(starts[r]), int(output_len[r])
-        t = 0
-        while t < n_out:
-            i = start + t
-            lo, hi = int(node_ptr[i]), int(node_ptr[i + 1])
-            if selector.drafts:
-                view = _view(trace, i, predictor, N, verdicts)
-                c1, t1 = cpu(), perf()
-                try:
-                    choice = selector.select(view)
-                except InvalidInput as exc:  # e.g. a cost model too short for the trace's K
-                    raise SimmoeError(f"selector {config.selector!r} at request {r}, position {t}: "
-                                      f"{exc}") from None
-                sel_ms, cpu_ms = (perf() - t1) * 1e3, (cpu() - c1) * 1e3
-                nodes = choice.nodes
-                levels = node_level[lo:hi]
-                acc = accepted_length(node_parent[lo:hi], node_agree[lo:hi], nodes)
-                drafted = choice.drafted_levels
-                depth = int(levels.max()) if hi > lo else 0
-            else:
-                nodes, acc, drafted, depth, sel_ms, cpu_ms = (), 0, 0, 0, 0.0, 0.0
-            committed = min(1 + acc, n_out - t)
-            # Eq. 1: the forward executes the true routes of the root and of S
-            mask[:] = False
-            mask[(root_routes[i] + layer_offset).ravel()] = True
-            if len(nodes):
-                nodes = np.asarray(nodes, dtype=np.int64)
-                sel_routes = node_routes[lo + nodes]  # [m, L, k]
-                mask[(sel_routes + layer_offset[None]).ravel()] = True
-                selected.append(nodes)
-            demand[c] = np.packbits(mask)
-            request[c], row_a[c], pos_a[c] = r, i, t
-            nodes_a[c], acc_a[c], com_a[c] = len(nodes), acc, committed
-            lev_a[c], plev_a[c], psize_a[c], sel_a[c], cpu_a[c] = drafted, depth, hi - lo, sel_ms, cpu_ms
-            c += 1
-            t += committed
-            if progress is not None:
-                progress(committed)
-    wall = time.perf_counter() - t0
-    return Plan(selector=config.selector, num_requests=R,
-                request=request[:c].copy(), row=row_a[:c].copy(), position=pos_a[:c].copy(),
-                draft_nodes=nodes_a[:c].copy(), accepted=acc_a[:c].copy(),
-                committed=com_a[:c].copy(), drafted_levels=lev_a[:c].copy(),
-                pool_levels=plev_a[:c].copy(), pool_size=psize_a[:c].copy(),
-                selector_ms=sel_a[:c].copy(), selector_cpu_ms=cpu_a[:c].copy(),
-                demand=demand[:c].copy(),
-                selected=(np.concatenate(selected) if selected else np.zeros(0)).astype(np.int16),
-                output_len=output_len, prompt_len=np.asarray(trace.requests.prompt_len[:R], np.int32),
-                num_layers=L, num_experts=N, selector_uses_time=selector.drafts, wall_s=wall,
-                meta={"lambda_star": getattr(selector, "lam", None)})
+    check(CacheShape(int(g.num_layers), int(g.num_experts), int(config.slots), budget=config.cache_budget,
+                     seed=config.seed, trace=trace, requests=tuple(range(requests_of(trace, config)))))
 
 
-# --------------------------------------------------------------------------
-# pass 2: cache and timing
-# --------------------------------------------------------------------------
-@dataclass
-class ReplayResult:
-    """Per-cycle and per-request records of one replay, with the summary counters."""
-
-    config: ReplayConfig
-    cycles: dict[str, np.ndarray]
-    requests: dict[str, np.ndarray]
-    synthetic: bool
-    plan_wall_s: float
-    simulate_wall_s: float
-    lambda_star: float | None = None
-
-    def summary(self) -> dict[str, float]:
-        from simmoe.replay.metrics import summarize
-
-        return summarize(self.cycles, self.requests)
-
-    def cycles_frame(self):
-        import pandas as pd
-
-        df = pd.DataFrame(self.cycles)
-        for key in ("selector", "cache", "slots", "hardware", "route_accuracy"):
-            df.insert(0, key, getattr(self.config, key))
-        df["synthetic"] = self.synthetic
-        return df
-
-
-def _forwards(trace, p: Plan):
-    """Every forward's demand in replay order: each request's prefill, then its cycles."""
-    L, N = p.num_layers, p.num_experts
-    bounds = np.searchsorted(p.request, np.arange(p.num_requests + 1))
-    for r in range(p.num_requests):
-        yield -1 - r, np.asarray(trace.requests.prefill_union[r], dtype=bool).reshape(L, N)
-        for c in range(bounds[r], bounds[r + 1]):
-            yield c, np.unpackbits(p.demand[c], count=L * N).view(bool).reshape(L, N)
-
-
-def simulate(trace, p: Plan, config: ReplayConfig, profile=None) -> ReplayResult:
-    """Pass 2: replay the plan's forwards through the cache and time them.
-
-    Cycle time = drafting (per drafted level) + selector time (measured, or
-    ``config.selector_ms``; none for AR) + the verification forward (event
-    model, from the forward's per-layer hits and misses) + commit.  Prefill
-    loads its expert union into the cache and is timed by the profile.
-    O(forwards · (cache + timer)).
-    """
-    from simmoe.hardware.profile import load_profile
+def _timer(config, profile):
     from simmoe.replay.timing import CycleTimer
 
-    config = config.validate()
-    if profile is None:
-        profile = load_profile(config.hardware)
-    t0 = time.perf_counter()
-    L, N = p.num_layers, p.num_experts
-    R, C = p.num_requests, p.num_cycles
-    policy, cache = replay_cache(config, L, N, lambda: (d for _, d in _forwards(trace, p)))
-    timer = CycleTimer(profile, model=config.timing, seed=config.seed,
-                       cache=config.cache_active)
-
-    hits = np.zeros(C, np.int32)
-    misses = np.zeros(C, np.int32)
-    draft_ms = np.zeros(C)
-    forward_ms = np.zeros(C)
-    commit_ms = np.zeros(C)
-    sel_ms = charged_selector_ms(config, C, p.selector_uses_time, p.selector_ms, p.selector_cpu_ms)
-    pre_hits = np.zeros(R, np.int32)
-    pre_misses = np.zeros(R, np.int32)
-    pre_ms = np.zeros(R)
-    draft_cost: dict[int, float] = {}
-    no_cache = policy == "none"
-    zeros = np.zeros(L, dtype=np.int64)
-    # KV tokens each forward reads (physical profiles only), as plain ints
-    context = (p.prompt_len[p.request].astype(np.int64) + p.position).tolist() if timer.physical is not None \
-        else [0] * C
-    for c, demand in _forwards(trace, p):
-        if no_cache:  # the cache's own semantics, without its bookkeeping: every expert is a miss
-            h, m = zeros, demand.sum(axis=1)
-        else:
-            h, m = cache.forward(demand)
-        if c < 0:
-            r = -1 - c
-            pre_hits[r], pre_misses[r] = h.sum(), m.sum()
-            pre_ms[r] = timer.prefill_ms(int(p.prompt_len[r]), h, m)
-            continue
-        hits[c], misses[c] = h.sum(), m.sum()
-        forward_ms[c] = timer.forward_ms(1 + int(p.draft_nodes[c]), h, m, context=context[c])
-        lv = int(p.drafted_levels[c])
-        if lv not in draft_cost:
-            draft_cost[lv] = float(timer.draft_ms(lv)) if lv > 0 else 0.0
-        draft_ms[c] = draft_cost[lv]
-        commit_ms[c] = timer.commit_ms()
-    cycle_ms = draft_ms + sel_ms + forward_ms + commit_ms
-    decode_ms = np.bincount(p.request, weights=cycle_ms, minlength=R)
-    committed = np.bincount(p.request, weights=p.committed, minlength=R).astype(np.int64)
-    if not np.array_equal(committed, p.output_len.astype(np.int64)):
-        bad = int(np.flatnonzero(committed != p.output_len)[0])
-        raise CheckFailed(f"request {bad} committed {committed[bad]} tokens, "
-                          f"output length {p.output_len[bad]}")
-    cycles = {
-        "request": p.request, "position": p.position, "row": p.row,
-        "draft_nodes": p.draft_nodes, "accepted": p.accepted, "committed": p.committed,
-        "drafted_levels": p.drafted_levels, "pool_levels": p.pool_levels,
-        "pool_size": p.pool_size, "hits": hits, "misses": misses,
-        "draft_ms": draft_ms, "selector_ms": sel_ms, "forward_ms": forward_ms,
-        "commit_ms": commit_ms, "cycle_ms": cycle_ms,
-    }
-    requests = {
-        "output_len": p.output_len, "prompt_len": p.prompt_len,
-        "prefill_hits": pre_hits, "prefill_misses": pre_misses, "prefill_ms": pre_ms,
-        "decode_ms": decode_ms, "request_ms": pre_ms + decode_ms,
-    }
-    return ReplayResult(config=config, cycles=cycles, requests=requests,
-                        synthetic=bool(trace.is_synthetic), plan_wall_s=p.wall_s,
-                        simulate_wall_s=time.perf_counter() - t0,
-                        lambda_star=p.meta.get("lambda_star"))
+    return CycleTimer(profile, model=config.timing, seed=config.seed,
+                      cache=config.cache_active and not profile.resident)
 
 
-# --------------------------------------------------------------------------
-# both passes, with plans shared between configurations
-# --------------------------------------------------------------------------
-def plan_key(config: ReplayConfig) -> tuple:
-    """What a plan depends on: configurations with equal keys share one plan."""
-    cls = SELECTORS[config.selector]
-    cost_key = (config.hardware if (cls.uses_cost or cls.uses_evict_cost) else None,
-                config.cache_active if cls.uses_cost else None)
-    exact = config.route_accuracy >= 1.0  # exact routes do not depend on the seed
-    route_key = (config.route_accuracy, None if exact else config.seed) if cls.drafts else None
-    sampling_key = (float(config.temperature), config.draw_seed) if config.temperature > 0 else None
-    return (config.selector, cost_key, route_key, config.requests, config.options, sampling_key)
+def build_residency(trace, config, profile, timer, pools, *, future=None, sequential=False, record=None,
+                    staging=None, requests=()):
+    """The residency stage of ``config``: resident weights, or cache + prefetch policy + copy engine."""
+    from simmoe.replay.caches import ExpertCache
+    from simmoe.replay.residency import OffloadedExperts, ResidentWeights
+
+    if profile.resident:
+        return ResidentWeights(timer)
+    g = trace.geometry
+    L, N = int(g.num_layers), int(g.num_experts)
+    cache = None
+    budget = config.cache_budget if config.cache_active else None
+    slots = (int(config.slots) if budget is None else min(int(budget), N)) if config.cache_active else 0
+    if config.cache_active:
+        policy = plugins.guarded("cache", config.cache, plugins.instantiate("cache", config.cache))
+        cache = ExpertCache(L, N, int(config.slots), policy, future=future, seed=config.seed, trace=trace,
+                            requests=requests, budget=budget)
+    prefetch = None
+    if config.prefetch != "none":
+        prefetch = plugins.guarded("prefetch", config.prefetch, plugins.instantiate("prefetch", config.prefetch))
+        from simmoe.api import CacheShape
+
+        prefetch.reset(CacheShape(L, N, slots, budget=budget, seed=config.seed, trace=trace, requests=requests))
+    return OffloadedExperts(timer, cache, L, N, slots, policy=prefetch, sequential=sequential, pools=pools,
+                            record=record, staging=staging)
 
 
 def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = None,
-           progress: Callable[[int], None] | None = None) -> ReplayResult:
-    """Replay ``trace`` under ``config``.  ``plans`` memoizes selections across calls."""
+           progress: Callable[[int], None] | None = None, timeline: bool = False, paired: bool = False,
+           staging: int | None = None) -> ReplayResult:
+    """Replay ``trace`` under ``config``.  ``plans`` memoizes schedules across calls.
+
+    ``timeline``: record every event of the copy-engine model; ``paired``: with a
+    prefetch policy, also replay without it, for the time saved.
+    """
     config = config.validate()
     if profile is None:
         from simmoe.hardware.profile import load_profile
 
         profile = load_profile(config.hardware)
-    if SELECTORS[config.selector].uses_residency:  # selects from the cache state: no separate plan pass
-        from simmoe.replay.prefetch import replay_coupled
+    check_setting(trace, config, profile)
+    R = requests_of(trace, config)
+    if R == 0:
+        raise SimmoeError("the trace has no requests")
+    check_batch(config.batch, R)
+    from simmoe.replay.pools import TracePools
+    from simmoe.replay.route_prediction import RoutePredictor
+    from simmoe.replay.selection import selector_flags
+    from simmoe.replay.verification import verdicts_for
 
-        return replay_coupled(trace, config, profile, progress=progress)
+    predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
+    verdicts = verdicts_for(trace, float(config.temperature), config.draw_seed)
+    coupled = selector_flags(config.selector)["uses_residency"]
+    schedule = None
+    t_plan = time.perf_counter()
+    if not coupled:
+        schedule = _schedule(trace, config, profile, R, verdicts, predictor, plans, progress)
+    plan_s = time.perf_counter() - t_plan
+    t0 = time.perf_counter()
+    res = _run(trace, config, profile, R, schedule, verdicts, predictor, progress=progress, timeline=timeline,
+               staging=staging, pools=TracePools(trace, predictor, verdicts))
+    res.plan_wall_s = schedule.wall_s if schedule is not None else plan_s
+    res.simulate_wall_s = time.perf_counter() - t0
+    if paired and config.prefetch != "none":
+        base = _run(trace, replace(config, prefetch="none"), profile, R, schedule, verdicts, predictor,
+                    pools=TracePools(trace, predictor, verdicts))
+        res.baseline_decode_ms = float(np.sum(base.requests["decode_ms"]))
+    return res
+
+
+def plan(trace, config: ReplayConfig, profile=None, *, progress: Callable[[int], None] | None = None) -> Schedule:
+    """The first five stages alone: the :class:`~simmoe.replay.schedule.Schedule` of ``config`` on ``trace``.
+
+    Not for selectors that read residency (their schedule depends on the cache).
+    """
+    from simmoe.replay.route_prediction import RoutePredictor
+    from simmoe.replay.selection import selector_flags
+    from simmoe.replay.verification import verdicts_for
+
+    config = config.validate()
+    if profile is None:
+        from simmoe.hardware.profile import load_profile
+
+        profile = load_profile(config.hardware)
+    if selector_flags(config.selector)["uses_residency"]:
+        raise SimmoeError(f"selector {config.selector!r} selects from the cache: its schedule is made inside "
+                          "the replay (replay(), not plan())")
+    R = requests_of(trace, config)
+    check_batch(config.batch, R)
+    predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
+    verdicts = verdicts_for(trace, float(config.temperature), config.draw_seed)
+    return _schedule(trace, config, profile, R, verdicts, predictor, None, progress)
+
+
+def simulate(trace, schedule: Schedule, config: ReplayConfig, profile=None, *, timeline: bool = False,
+             staging: int | None = None) -> ReplayResult:
+    """The residency, timing and metrics stages over a recorded schedule (``config``'s cache, prefetch, timing)."""
+    from simmoe.replay.pools import TracePools
+    from simmoe.replay.route_prediction import RoutePredictor
+
+    config = config.validate()
+    if profile is None:
+        from simmoe.hardware.profile import load_profile
+
+        profile = load_profile(config.hardware)
+    check_setting(trace, config, profile)
+    predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
+    t0 = time.perf_counter()
+    res = _run(trace, config, profile, schedule.num_requests, schedule, None, predictor, timeline=timeline,
+               staging=staging, pools=TracePools(trace, predictor, trace.node_agree))
+    res.plan_wall_s, res.simulate_wall_s = schedule.wall_s, time.perf_counter() - t0
+    return res
+
+
+def _schedule(trace, config, profile, R, verdicts, predictor, plans, progress) -> Schedule:
     key = plan_key(config)
-    p = plans.get(key) if plans is not None else None
-    if p is None:
-        p = plan(trace, config, profile, progress=progress)
+    schedule = plans.get(key) if plans is not None else None
+    if schedule is None:
+        schedule = plan_stages(Stages(trace, config, profile, R, verdicts, predictor), progress=progress)
         if plans is not None:
-            plans[key] = p
+            plans[key] = schedule
     elif progress is not None:
-        progress(int(p.committed.sum()))
-    return simulate(trace, p, config, profile)
+        progress(int(schedule.cycles["committed"].sum()))
+    return schedule
 
 
-def replay_cache(config: ReplayConfig, L: int, N: int, demands: Callable[[], Any]):
-    """The policy name and the expert cache of a replay; ``demands()`` yields each forward's demand.
-
-    Belady reads the demand stream once (the future); static counts it once
-    (popularity); the other policies never look at it.
-    """
-    from simmoe.replay.caches import make_cache
-
-    future = popularity = None
-    if config.cache == "belady" and config.slots > 0:
-        future = demands()
-    if config.cache == "static" and config.slots > 0:
-        popularity = np.zeros((L, N), dtype=np.int64)
-        for d in demands():
-            popularity += d
-    policy = config.cache if config.slots > 0 else "none"
-    return policy, make_cache(policy, L, N, int(config.slots), future=future, popularity=popularity)
-
-
-def charged_selector_ms(config: ReplayConfig, n: int, uses_time: bool, wall_ms, cpu_ms) -> np.ndarray:
-    """Selector time charged to each of ``n`` cycles: none, fixed, or measured on the chosen clock."""
-    if not uses_time:
-        return np.zeros(n)
-    if config.selector_ms is not None:
-        return np.full(n, float(config.selector_ms))
-    return (wall_ms if config.selector_clock == "wall" else cpu_ms).copy()
-
-
-def check_profile_geometry(trace, profile, name: str) -> None:
-    """Refuse a profile made for a model with another number of layers than the trace's.
-
-    A profile's timing (non-expert forward time, copies per layer) belongs to one
-    model; ``num_layers = 0`` in a profile means "not stated" and is accepted.
-    """
-    want = int(getattr(profile, "num_layers", 0) or 0)
-    have = int(trace.geometry.num_layers)
-    phys = getattr(profile, "physical", None)  # a physical profile knows its model's experts too
-    g = trace.geometry
-    if phys is not None and (phys.model.trace_experts, phys.model.trace_top_k) != (g.num_experts, g.top_k):
-        raise SimmoeError(f"profile {name} is {phys.model.name} ({phys.model.trace_experts} experts, "
-                          f"top-{phys.model.trace_top_k}) but the trace routes to {g.num_experts} experts, "
-                          f"top-{g.top_k}; name the trace's model in the profile (simmoe models)")
-    if want and want != have:
-        raise SimmoeError(f"profile {name} describes a {want}-layer model but the trace has {have} "
-                          "layers; use a profile of this model (simmoe fit or hwprobe calibrate)")
+def _run(trace, config, profile, R, schedule, verdicts, predictor, *, pools, progress=None, timeline=False,
+         staging=None, sequential=False) -> ReplayResult:
+    """Residency, timing and metrics over the schedule's events (or the live stages, for a coupled selector)."""
+    timer = _timer(config, profile)
+    recorder = _Recorder() if timeline else None
+    coupled = schedule is None
+    needs_future = config.cache_active and not profile.resident and getattr(
+        plugins.load("cache", config.cache), "needs_future", False)
+    future = list(schedule.demands(trace)) if needs_future and schedule is not None else None
+    residency = build_residency(trace, config, profile, timer, pools, future=future,
+                                sequential=coupled or sequential, record=recorder, staging=staging,
+                                requests=tuple(range(R)))
+    live = None
+    if coupled:   # the stages before residency run live, their outcome recorded as they go
+        stages = Stages(trace, config, profile, R, verdicts, predictor)
+        live = ScheduleRecorder(stages)
+        events = live_steps(stages, available=residency.available_after, opened=residency.open,
+                            overhead=lambda: residency.extra_selector_ms, progress=progress)
+        uses_time = stages.selection.drafts
+    else:
+        events = schedule.events_iter()
+        uses_time = schedule.selector_uses_time
+    rec = _Records(trace, config, R, residency, uses_time)
+    for ev in events:
+        rec.add(ev)
+        if live is not None:
+            live.add(ev)
+    return rec.result(live.schedule() if live is not None else schedule,
+                      recorder.events if recorder is not None else None,
+                      counted=config.prefetch != "none" or coupled or sequential)
 
 
-def ar_baseline(config: ReplayConfig) -> ReplayConfig:
-    """The reference of every speedup: AR without a cache, same trace and profile."""
-    return replace(config, selector="ar", slots=0, cache="none", selector_ms=None)
+class _Recorder:
+    """Collects events as tuples (track, name, category, start ms, end ms, args)."""
+
+    def __init__(self):
+        self.events: list = []
+
+    def __call__(self, track, name, cat, start, end, args=None):
+        self.events.append((track, name, cat, float(start), float(end), dict(args or {})))
+
+
+class _Records:
+    """The metrics stage: per-step times and counts as the loop goes; per-request records at the end."""
+
+    def __init__(self, trace, config, R: int, residency, uses_time: bool):
+        self.trace, self.config, self.R, self.residency, self.uses_time = trace, config, R, residency, uses_time
+        self.prompt_len = np.asarray(trace.requests.prompt_len[:R], dtype=np.int32)
+        self.output_len = np.asarray(trace.requests.output_len[:R], dtype=np.int32)
+        self.rows: list[tuple] = []      # per step: hits, misses, draft, selector, forward, commit ms
+        self.pf: list[tuple] = []        # per step: prefetched, useful, wasted
+        self.pre: dict[str, np.ndarray] = {
+            "prefill_hits": np.zeros(R, np.int32), "prefill_misses": np.zeros(R, np.int32),
+            "prefill_ms": np.zeros(R), "admit_ms": np.zeros(R)}
+        self.clock = 0.0
+        self.step_end: list[float] = []
+        fixed = config.selector_ms
+        self.fixed = None if fixed is None else float(fixed)
+        self.wall = config.selector_clock == "wall"
+
+    def add(self, ev) -> None:
+        if isinstance(ev, Prefill):
+            r = ev.request
+            ms, h, m = self.residency.prefill(int(self.prompt_len[r]), self.trace.prefill_demand(r), r)
+            self.pre["prefill_hits"][r], self.pre["prefill_misses"][r], self.pre["prefill_ms"][r] = h.sum(), m.sum(), ms
+            self.pre["admit_ms"][r] = self.clock
+            self.clock += ms
+            return
+        # selector time charged: none (no drafter), fixed, or measured on the chosen clock
+        sel = 0.0 if not self.uses_time else (
+            self.fixed if self.fixed is not None else (ev.selector_ms if self.wall else ev.selector_cpu_ms))
+        draft, fwd, commit, h, m, counts = self.residency.step(ev, sel)
+        self.rows.append((int(h.sum()), int(m.sum()), draft, sel, fwd, commit))
+        if counts is not None:
+            self.pf.append((counts["prefetched"], counts["useful"], counts["wasted"]))
+        self.clock += draft + sel + fwd + commit
+        self.step_end.append(self.clock)
+
+    def result(self, schedule: Schedule, timeline, counted: bool) -> ReplayResult:
+        R = self.R
+        cy = schedule.cycles
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * 6
+        hits, misses = np.asarray(cols[0], dtype=np.int32), np.asarray(cols[1], dtype=np.int32)
+        draft, sel, fwd, commit = (np.asarray(c, dtype=np.float64) for c in cols[2:])
+        step_ms = draft + sel + fwd + commit
+        committed = np.bincount(cy["request"], weights=cy["committed"], minlength=R).astype(np.int64)
+        if not np.array_equal(committed, self.output_len.astype(np.int64)):
+            bad = int(np.flatnonzero(committed != self.output_len)[0])
+            raise CheckFailed(f"request {bad} committed {committed[bad]} tokens, output length {self.output_len[bad]}")
+        s = cy["step"]
+        first = np.r_[True, s[1:] != s[:-1]] if (self.config.batch > 1 and len(s)) else None
+        cycles = {**cy, "hits": hits[s], "misses": misses[s], "draft_ms": draft[s], "selector_ms": sel[s],
+                  "forward_ms": fwd[s], "commit_ms": commit[s], "cycle_ms": step_ms[s]}
+        if first is not None:
+            # the step's copies and hits belong to the batch: charge them once (to the step's first cycle)
+            cycles["hits"] = np.where(first, cycles["hits"], 0).astype(np.int32)
+            cycles["misses"] = np.where(first, cycles["misses"], 0).astype(np.int32)
+        if counted:
+            pf = np.asarray(self.pf, dtype=np.int32).reshape(-1, 3) if self.pf else \
+                np.zeros((len(step_ms), 3), np.int32)
+            if len(pf):
+                pf[-1, 2] += self.residency.finish()   # prefetches never used by the end: wasted
+            for i, key in enumerate(("prefetched", "useful", "wasted")):
+                col = pf[s, i]
+                cycles[key] = np.where(first, col, 0).astype(np.int32) if first is not None else col
+        st = schedule.steps
+        steps = {"requests": st["requests"], "tokens": st["tokens"], "context": st["context"],
+                 "levels": st["levels"], "hits": hits, "misses": misses, "draft_ms": draft, "selector_ms": sel,
+                 "forward_ms": fwd, "commit_ms": commit, "step_ms": step_ms}
+        return ReplayResult(config=self.config, steps=steps, cycles=cycles, requests=self._requests(cy, step_ms),
+                            synthetic=bool(self.trace.is_synthetic), plan_wall_s=0.0, simulate_wall_s=0.0,
+                            lambda_star=schedule.meta.get("lambda_star"),
+                            regime="resident" if self.residency.resident else "offload",
+                            expert_bytes=int(getattr(self.trace.geometry, "expert_bytes", 0) or 0),
+                            counted_prefetch=counted, timeline=timeline)
+
+    def _requests(self, cy, step_ms) -> dict:
+        R = self.R
+        pre_ms = self.pre["prefill_ms"]
+        last = np.zeros(R, np.int64)
+        np.maximum.at(last, cy["request"], cy["step"])
+        finish_ms = np.asarray(self.step_end, dtype=np.float64)[last] if len(self.step_end) else np.zeros(R)
+        admit = self.pre["admit_ms"]
+        decode_span = finish_ms - (admit + pre_ms)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(self.output_len > 1, decode_span / np.maximum(self.output_len - 1, 1), np.nan)
+        # a request's own decode time: its cycles' steps (at batch 1 each request's cycles, summed)
+        decode_ms = np.bincount(cy["request"], weights=step_ms[cy["step"]], minlength=R)
+        return {"output_len": self.output_len, "prompt_len": self.prompt_len,
+                "prefill_hits": self.pre["prefill_hits"], "prefill_misses": self.pre["prefill_misses"],
+                "prefill_ms": pre_ms, "admit_ms": admit, "finish_ms": finish_ms, "latency_ms": finish_ms - admit,
+                "tpot_ms": tpot, "decode_ms": decode_ms, "request_ms": pre_ms + decode_ms}
 
 
 # --------------------------------------------------------------------------
 # several configurations of one trace, in parallel
 # --------------------------------------------------------------------------
-def _replay_group(configs: list[ReplayConfig], progress=None) -> list[ReplayResult]:
+def _replay_group(jobs: list, progress=None, **kw) -> list[ReplayResult]:
     trace, profiles = shared()
     plans: dict = {}
-    return [replay(trace, cfg, profiles[cfg.hardware], plans=plans, progress=progress)
-            for cfg in configs]
+    return [replay(trace, cfg, profiles[cfg.hardware], plans=plans, progress=progress, **kw) for cfg in jobs]
 
 
-def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None, *,
-               workers: int = 1,
+def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None, *, workers: int = 1,
                on_done: Callable[[list[ReplayResult]], None] | None = None,
-               progress: Callable[[int], None] | None = None) -> list[ReplayResult]:
+               progress: Callable[[int], None] | None = None, timeline: bool = False,
+               paired: bool = False) -> list[ReplayResult]:
     """Replay several configurations of one trace; results in the order of ``configs``.
 
-    Configurations sharing a plan (:func:`plan_key`) run together, so each
-    plan is computed once.  With ``workers > 1`` the groups run in forked
-    worker processes, which inherit the trace instead of reading it again
-    (where ``fork`` is unavailable they run one after another).  Results
-    equal those of one-by-one :func:`replay` calls (with a fixed selector
-    time, exactly).  ``on_done`` is called with each finished group;
-    ``progress`` with committed tokens as they are replayed (in this process
-    only: forked workers report through ``on_done``).
+    Configurations sharing a schedule (:func:`plan_key`) run together, so each
+    is planned once.  With ``workers > 1`` the groups run in forked worker
+    processes, which inherit the trace instead of reading it again (where
+    ``fork`` is unavailable they run one after another).  Results equal those
+    of one-by-one :func:`replay` calls (with a fixed selector time, exactly).
+    ``on_done`` is called with each finished group; ``progress`` with committed
+    tokens as they are replayed (in this process only: forked workers report
+    through ``on_done``).
     """
+    from simmoe.replay.selection import make_selector, selector_context, selector_flags
+
     configs = [c.validate() for c in configs]
     if profiles is None:
         from simmoe.hardware.profile import load_profile
@@ -552,12 +404,16 @@ def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None,
         for c in configs:
             if c.hardware not in profiles:
                 profiles[c.hardware] = load_profile(c.hardware)
-    for cfg in configs:  # a profile without the selector's cost model fails here, before any work
-        make_selector(cfg.selector, selector_context(trace, profiles[cfg.hardware], cfg))
+    for cfg in configs:  # a profile without the selector's cost model, or a setting with no meaning, fails here
+        check_setting(trace, cfg, profiles[cfg.hardware])
+        check_batch(cfg.batch, requests_of(trace, cfg))
+        make_selector(cfg.selector, selector_context(trace, profiles[cfg.hardware], cfg, cfg.batch))
     groups: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(configs):
-        groups.setdefault((cfg.hardware, plan_key(cfg)), []).append(i)
+        key = ("coupled", i) if selector_flags(cfg.selector)["uses_residency"] else (cfg.hardware, plan_key(cfg))
+        groups.setdefault(key, []).append(i)
     # the exact searches are the slow plans: start them first
-    order = sorted(groups.values(), key=lambda ix: not (SELECTORS[configs[ix[0]].selector].uses_cost))
-    return run_groups(order, configs, _replay_group, trace=trace, profiles=profiles, workers=workers,
+    order = sorted(groups.values(), key=lambda ix: not selector_flags(configs[ix[0]].selector)["uses_cost"])
+    run = partial(_replay_group, timeline=timeline, paired=paired)
+    return run_groups(order, configs, run, trace=trace, profiles=profiles, workers=workers,
                       on_done=on_done, progress=progress)

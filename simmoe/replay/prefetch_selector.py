@@ -26,35 +26,24 @@ selection holds no level-d node — because A grows while the drafter drafts.
 With nothing available (A ∩ the pool's experts empty at every level) this is
 exactly ``specfit`` (Lemma 2: the literal loop and ``solvers.select_adaptive_depth``
 select the same subtree and depth; tests/replay/test_prefetch_selector.py).
-Selections depend on the cache, so the replay runs this selector inside the
-simulation (:func:`simmoe.replay.prefetch.replay_coupled`); a selection pass
-without cache state (a view without ``available``) sees nothing available and
-selects as ``specfit``.
+Selections depend on the cache, so the replay runs this selector's stages
+live, inside the simulation (``uses_residency``; :mod:`simmoe.replay.engine`);
+a view without ``available`` sees nothing available and selects as ``specfit``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from simmoe.api import Choice, PoolView
 from simmoe.errors import SimmoeError
-from simmoe.replay.selectors import Choice, PoolView, Selector
+from simmoe.replay.selectors import Selector, _cost
+from simmoe.replay.timing import profile_discount  # noqa: F401  (the discount's definition)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
-
-
-@dataclass
-class PrefetchView(PoolView):
-    """A :class:`PoolView` that also says which experts are available after drafting level d.
-
-    ``available(d)`` → bool [L, N] (resident, staged or prefetched in flight).
-    """
-
-    available: Callable[[int], np.ndarray] | None = None
 
 
 def residency_weights(rho: float) -> tuple[int, int]:
@@ -66,13 +55,6 @@ def residency_weights(rho: float) -> tuple[int, int]:
                key=lambda pq: (abs(pq[0] / pq[1] - min(max(rho, 0.25), 1.0)), pq[1]))
     f = Fraction(best[0], best[1])
     return f.numerator, f.denominator
-
-
-def profile_discount(profile) -> float:
-    """ρ = e / max(e, x/c): an available expert's cost relative to a copied one (event model)."""
-    e = float(profile.expert_ms)
-    x = float(profile.effective_copy_ms)
-    return 1.0 if max(e, x) <= 0 else e / max(e, x)
 
 
 def weighted_pool(view: PoolView, available: np.ndarray | None, p: int, q: int, cost):
@@ -118,7 +100,7 @@ class SpecFitPrefetch(Selector):
     name = "specfit-prefetch"
     summary = "specfit; experts resident or prefetched at selection cost rho*beta (rho = e/max(e, x/c))"
     uses_cost = True
-    uses_residency = True   # selections depend on the cache: run by simmoe.replay.prefetch.replay_coupled
+    uses_residency = True   # selections depend on the cache: selected inside the simulation
 
     def __init__(self, context):
         super().__init__(context)
@@ -137,7 +119,7 @@ class SpecFitPrefetch(Selector):
         levels = view.levels
         depth = view.depth
         for d in range(1, depth + 1):
-            pool, cost = weighted_pool(view, available(d), self.p, self.q, self.context.cost)
+            pool, cost = weighted_pool(view, available(d), self.p, self.q, _cost(self, view))
             sub, ids = pool.upto_level(d)
             sel = self._search(sub, self.K, cost)
             nodes = np.array([ids[v] for v in sel.nodes], dtype=np.int64)

@@ -32,143 +32,30 @@ Every exact search is delegated to :mod:`solvers`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
+from simmoe.api import Choice, PoolView, SelectorContext
 from simmoe.errors import SimmoeError
+from simmoe.replay.paths import accepted_length, longest_agreeing_path
+
+__all__ = ["Choice", "PoolView", "SelectorContext", "accepted_length", "longest_agreeing_path", "SELECTORS",
+           "DEFAULT_SELECTORS"]
 
 DEFAULT_SELECTORS = ("ar", "eagle3", "evict", "specfit", "oracle")
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-# --------------------------------------------------------------------------
-# what a selector sees and returns
-# --------------------------------------------------------------------------
-@dataclass
-class PoolView:
-    """The pool at one position row, as a selector may see it.
-
-    ``root_routes`` / ``node_routes`` are the routes supplied to the selector
-    (exact or predicted, :mod:`simmoe.replay.route_prediction`); ``agree`` is the
-    target's verdict, which only the oracle reads.
-    """
-
-    row: int
-    parents: np.ndarray       # int [n], -1 = root, parents before children
-    levels: np.ndarray        # int [n], 1 for children of the root
-    p: np.ndarray             # float [n], path probability
-    q: np.ndarray             # float [n], draft conditional probability
-    agree: np.ndarray         # bool [n]
-    root_routes: np.ndarray   # [L, k]
-    node_routes: np.ndarray   # [n, L, k]
-    num_experts: int
-    _pool: Any = field(default=None, repr=False)
-
-    @property
-    def size(self) -> int:
-        return len(self.parents)
-
-    @property
-    def depth(self) -> int:
-        """Deepest level of the pool (0 for an empty pool)."""
-        return int(self.levels.max()) if len(self.levels) else 0
-
-    def pool(self):
-        """The :class:`solvers.Pool` of this view (built once, on first use)."""
-        if self._pool is None:
-            from solvers import Pool
-
-            self._pool = Pool.from_routes(
-                self.parents.astype(np.int64), self.p.astype(np.float64),
-                self.root_routes, self.node_routes, self.num_experts)
-        return self._pool
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A selector's decision: ascending pool-local node ids and levels drafted."""
-
-    nodes: np.ndarray
-    drafted_levels: int
-
-
-@dataclass(frozen=True)
-class SelectorContext:
-    """What selectors may be configured with: the trace's budget K, the cost models."""
-
-    K: int = 7
-    cost: Any = None                    # solvers.CostModel: T̂ = b[|S|] + βF (Eq. 4)
-    evict_cost: tuple[float, ...] = ()  # C(k) for k = 1.. (EVICT §3.2.3)
-    options: dict = field(default_factory=dict)
-
-
-def probability_order(view: PoolView) -> np.ndarray:
-    """Node ids by decreasing path probability; ties by level, then id.
-
-    Since p never grows along a path, every prefix of this order is
-    ancestor-closed (a child ties its parent at most, and the level breaks
-    the tie).  O(n log n).
-    """
-    n = view.size
-    return np.lexsort((np.arange(n), view.levels, -view.p.astype(np.float64)))
-
-
 def top_k(view: PoolView, k: int, nodes: np.ndarray | None = None) -> np.ndarray:
     """The ``k`` nodes of highest path probability (within ``nodes`` if given), ascending."""
-    order = probability_order(view)
+    order = view.probability_order()
     if nodes is not None:
         keep = np.zeros(view.size, dtype=bool)
         keep[nodes] = True
         order = order[keep[order]]
     return np.sort(order[:k])
-
-
-def _agreeing(parents: list, agree: list, nodes) -> tuple[dict, int]:
-    """Nodes (of ``nodes``, ascending) whose root path lies in ``nodes`` and all agree: node -> depth."""
-    depth: dict[int, int] = {}
-    for v in nodes:  # ascending ids: a parent is decided before its children
-        a = parents[v]
-        if agree[v]:
-            if a < 0:
-                depth[v] = 1
-            elif a in depth:
-                depth[v] = depth[a] + 1
-    return depth, max(depth.values(), default=0)
-
-
-def longest_agreeing_path(parents: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Ascending ids of the longest root-to-node path whose nodes all have ``ok``.
-
-    Ties go to the path ending at the smallest node id.  One pass over the
-    nodes in id order (parents first): O(n).
-    """
-    n = len(parents)
-    if not n:
-        return _EMPTY
-    par = parents.tolist()
-    depth, best = _agreeing(par, ok.tolist(), range(n))
-    if not best:
-        return _EMPTY
-    end = min(v for v, d in depth.items() if d == best)
-    path = []
-    while end >= 0:
-        path.append(end)
-        end = par[end]
-    return np.array(path[::-1], dtype=np.int64)
-
-
-def accepted_length(parents: np.ndarray, agree: np.ndarray, nodes: np.ndarray) -> int:
-    """Length of the accepted path when ``nodes`` are verified (greedy verification, §2).
-
-    The longest root-to-node path inside ``nodes`` whose nodes all agree.
-    O(|S|) after converting the pool's columns to lists.
-    """
-    if not len(nodes):
-        return 0
-    return _agreeing(parents.tolist(), agree.tolist(), sorted(np.asarray(nodes).tolist()))[1]
 
 
 # --------------------------------------------------------------------------
@@ -271,7 +158,7 @@ class Evict(Selector):
         n = min(view.size, len(self.C))
         if n == 0:
             return Choice(_EMPTY, view.depth)
-        order = probability_order(view)[:n]
+        order = view.probability_order()[:n]
         gain = 1.0 + np.cumsum(view.p[order].astype(np.float64))
         k = int(np.argmax(gain / self.C[:n])) + 1  # first maximum: the smaller prefix
         return Choice(np.sort(order[:k]), view.depth)
@@ -329,7 +216,7 @@ class Coverage(Selector):
         K = self.budget(view)
         if K == 0:
             return Choice(_EMPTY, view.depth)
-        order = probability_order(view)[:K]
+        order = view.probability_order()[:K]
         mass = np.cumsum(view.p[order].astype(np.float64))
         # tiny slack so that rho = 1 reaches S_K despite rounding
         k = int(np.searchsorted(mass, self.rho * mass[-1] * (1 - 1e-12), side="left")) + 1
@@ -338,6 +225,11 @@ class Coverage(Selector):
 
 def _nodes(selection) -> np.ndarray:
     return np.asarray(selection.nodes, dtype=np.int64)
+
+
+def _cost(selector, view: PoolView):
+    """The cost model a selection is priced with: the view's (batch-aware at B > 1), else the context's."""
+    return view.cost if view.cost is not None else selector.context.cost
 
 
 class SpecFit(Selector):
@@ -356,7 +248,7 @@ class SpecFit(Selector):
     def select(self, view):
         if view.size == 0:
             return Choice(_EMPTY, 0)
-        sel, levels = self._search(view.pool(), self.budget(view), self.context.cost)
+        sel, levels = self._search(view.pool(), self.budget(view), _cost(self, view))
         return Choice(_nodes(sel), int(levels))
 
 
@@ -376,7 +268,7 @@ class SpecFitFull(Selector):
     def select(self, view):
         if view.size == 0:
             return Choice(_EMPTY, 0)
-        return Choice(_nodes(self._search(view.pool(), self.budget(view), self.context.cost)),
+        return Choice(_nodes(self._search(view.pool(), self.budget(view), _cost(self, view))),
                       view.depth)
 
 
@@ -418,7 +310,7 @@ class Optimal(Selector):
             return Choice(_EMPTY, 0)
         if self.lam is None:
             raise RuntimeError("Optimal.prepare() must run before select()")
-        sel = self._search(view.pool(), self.budget(view), self.context.cost, self.lam)
+        sel = self._search(view.pool(), self.budget(view), _cost(self, view), self.lam)
         return Choice(_nodes(sel), view.depth)
 
 
@@ -445,9 +337,13 @@ class Unconstrained(Selector):
     def select(self, view):
         if view.size == 0:
             return Choice(_EMPTY, 0)
-        cost = self._affine.get(view.size)
-        if cost is None:
-            cost = self._affine[view.size] = self._affine_cost(self.context.cost, view.size)
+        base = _cost(self, view)
+        if base is not self.context.cost:   # a batch-aware cost: its own line
+            cost = self._affine_cost(base, view.size)
+        else:
+            cost = self._affine.get(view.size)
+            if cost is None:
+                cost = self._affine[view.size] = self._affine_cost(base, view.size)
         sel, _ = self._search(view.pool(), cost, breakpoints=False)
         return Choice(_nodes(sel), view.depth)
 
@@ -467,15 +363,14 @@ class Oracle(Selector):
         return Choice(path, len(path))
 
 
-SELECTORS: dict[str, type[Selector]] = {
-    cls.name: cls for cls in (AutoRegressive, Eagle3, Evict, DynamicDepth, Coverage, SpecFit,
-                              SpecFitFull, Optimal, Unconstrained, Oracle)
-}
+def _registry():
+    from simmoe.replay.plugins import Registry
 
-# the prefetch-aware SpecFit variant selects from the cache state (simmoe.replay.prefetch_selector)
-from simmoe.replay.prefetch_selector import SpecFitPrefetch  # noqa: E402
+    return Registry("selector")
 
-SELECTORS[SpecFitPrefetch.name] = SpecFitPrefetch
+
+# every registered selector, simmoe's own first (entry points ``simmoe.selectors``; simmoe.replay.plugins)
+SELECTORS = _registry()
 
 
 def selector_names() -> list[str]:
@@ -483,22 +378,24 @@ def selector_names() -> list[str]:
 
 
 def parse_selectors(spec: str | Sequence[str] | None) -> list[str]:
-    """``"a,b,c"`` or ``"all"`` (or a list) → validated selector names, in order."""
+    """``"a,b,c"`` (registered names or ``module:Name``) or ``"all"`` → validated selector names, in order."""
+    from simmoe.replay import plugins
+
     if spec is None:
         return list(DEFAULT_SELECTORS)
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     names = [n.strip() for n in names if n.strip()]
     if names == ["all"]:  # those that select from the cache state (specfit-prefetch) only by name
-        return [n for n in selector_names() if not SELECTORS[n].uses_residency]
+        return [n for n in selector_names() if not getattr(SELECTORS[n], "uses_residency", False)]
     if not names:
         raise SimmoeError("no selector given")
     for n in names:
-        if n not in SELECTORS:
-            raise SimmoeError(f"unknown selector {n!r}; known: {', '.join(SELECTORS)} (or 'all')")
+        plugins.load("selector", n)
     return list(dict.fromkeys(names))
 
 
 def make_selector(name: str, context: SelectorContext) -> Selector:
-    if name not in SELECTORS:
-        raise SimmoeError(f"unknown selector {name!r}; known: {', '.join(SELECTORS)}")
-    return SELECTORS[name](context)
+    """Build the selector registered as ``name`` (or ``module:Name``) with ``context``."""
+    from simmoe.replay import plugins
+
+    return plugins.instantiate("selector", name, context)

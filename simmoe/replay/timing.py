@@ -309,3 +309,10 @@ def simpy_forward(a: float, h, m, e: float, x: float, c: int, overlap: bool = Tr
     env.process(forward())
     env.run()
     return float(env.now)
+
+
+def profile_discount(profile) -> float:
+    """ρ = e / max(e, x/c): an available expert's cost relative to a copied one (event model)."""
+    e = float(profile.expert_ms)
+    x = float(profile.effective_copy_ms)
+    return 1.0 if max(e, x) <= 0 else e / max(e, x)

@@ -4,8 +4,8 @@ Modules: :mod:`~simmoe.report.experiments` (the replays behind every table
 and plot), :mod:`~simmoe.report.whatif` (link-bandwidth profiles derived
 from a base profile), :mod:`~simmoe.report.tables` (markdown with the
 published figures beside), :mod:`~simmoe.report.figures` (PNG plots),
-:mod:`~simmoe.report.build` (the index and the atomic writes),
-:mod:`~simmoe.report.published` (the papers' figures).  See docs/reports.md.
+:mod:`~simmoe.report.build` (the index and the atomic writes); the papers'
+figures come from :mod:`simmoe.published`.  See docs/reports.md.
 """
 
 from simmoe.report.build import build_report

@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simmoe.errors import SimmoeError
+from simmoe.published import PUBLISHED
 from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
 from simmoe.replay.metrics import COUNTERS, speedup
 from simmoe.replay.selectors import SELECTORS
-from simmoe.report.published import PUBLISHED
 from simmoe.report.whatif import LINKS, bandwidth_profile
 from simmoe.trace.schema import Trace
 from simmoe.trace.subset import head_requests
@@ -65,6 +65,11 @@ class ReportSettings:
     seed: int = 0
     timing: str = "event"
     check_requests: int = 2              # the slice whose tables a test recomputes
+    # the prefetch what-if's grid (simmoe.report.prefetch) and the regime table's batches (simmoe.report.regimes)
+    prefetch_accuracies: tuple[float, ...] = (0.4, 0.6, 0.8, 1.0)
+    prefetch_slots: tuple[int, ...] = (0, 12, 48)
+    batches: tuple[int, ...] = (1, 4, 16, 64)
+    quick: bool = False                  # --quick: the reduced grids of QUICK
 
     def validate(self) -> ReportSettings:
         if self.requests is not None and self.requests < 1:
@@ -88,7 +93,10 @@ class ReportSettings:
                 "links": [[a, b] for a, b in self.links], "accuracies": list(self.accuracies),
                 "policies": list(self.policies), "policy_slots": list(self.policy_slots),
                 "selector_ms": self.selector_ms, "seed": self.seed, "timing": self.timing,
-                "check_requests": self.check_requests}
+                "check_requests": self.check_requests,
+                "prefetch_accuracies": list(self.prefetch_accuracies),
+                "prefetch_slots": list(self.prefetch_slots), "batches": list(self.batches),
+                "quick": self.quick}
 
     @classmethod
     def from_dict(cls, d: dict) -> ReportSettings:
@@ -97,7 +105,21 @@ class ReportSettings:
                    links=tuple((a, float(b)) for a, b in d["links"]),
                    accuracies=tuple(d["accuracies"]), policies=tuple(d["policies"]),
                    policy_slots=tuple(d["policy_slots"]), selector_ms=d["selector_ms"],
-                   seed=d["seed"], timing=d["timing"], check_requests=d["check_requests"])
+                   seed=d["seed"], timing=d["timing"], check_requests=d["check_requests"],
+                   # absent from reports made before these settings existed: their values then
+                   prefetch_accuracies=tuple(d.get("prefetch_accuracies", cls.prefetch_accuracies)),
+                   prefetch_slots=tuple(d.get("prefetch_slots", cls.prefetch_slots)),
+                   batches=tuple(d.get("batches", cls.batches)), quick=bool(d.get("quick", False)))
+
+    def quicken(self) -> ReportSettings:
+        """``--quick``: :data:`QUICK`'s reduced grids, and 1 request per trace unless ``requests`` is set."""
+        return replace(self, **QUICK, quick=True, requests=self.requests or 1, check_requests=1)
+
+
+# ``--quick``: every table and figure of the report, on fewer points (about 10 s a trace instead of minutes)
+QUICK = dict(slot_sweep=(48, 12, 0), links=LINKS[:1] + LINKS[-1:], accuracies=(1.0, 0.6),
+             policies=("lru", "belady"), policy_slots=(12,), prefetch_accuracies=(0.6, 1.0),
+             prefetch_slots=(12,), batches=(1, 4))
 
 
 # --------------------------------------------------------------------------

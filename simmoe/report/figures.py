@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 
-from simmoe.report.published import PUBLISHED
+from simmoe.published import PUBLISHED
 from simmoe.report.tables import MAIN_TABLE, NAMES, pick
 
 SPEC = PUBLISHED["specfit"]

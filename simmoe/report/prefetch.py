@@ -15,14 +15,15 @@ simulator output on synthetic routes (SYNTHETIC).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from simmoe.replay.engine import ReplayConfig, ar_baseline
 from simmoe.replay.metrics import speedup
 
-ACCURACIES = (0.4, 0.6, 0.8, 1.0)
+ACCURACIES = (0.4, 0.6, 0.8, 1.0)   # = ReportSettings.prefetch_accuracies (fewer with --quick)
 POLICIES = ("none", "draft", "next-layer", "oracle")
-SLOTS = (0, 12, 48)
+SLOTS = (0, 12, 48)                 # = ReportSettings.prefetch_slots
 AWARE = "specfit-prefetch"
 AWARE_POLICIES = ("draft",)      # the prefetch-aware variant selects in the simulation: one pass per row
 KEYS = ("decode_tps", "h2d_per_token", "hit_rate", "draft_nodes", "drafted_levels",
@@ -35,8 +36,8 @@ def _configs(settings, dataset: str, base):
 
     fixed = search_ms(settings, dataset, base)
     want = {}
-    for acc in ACCURACIES:
-        for slots in SLOTS:
+    for acc in settings.prefetch_accuracies:
+        for slots in settings.prefetch_slots:
             for sel in ("eagle3", "specfit", AWARE):
                 for policy in (AWARE_POLICIES if sel == AWARE else POLICIES):
                     # EAGLE-3 selects without routes: only draft and next-layer prefetch use the predictor
@@ -54,7 +55,7 @@ def prefetch_rows(trace, path: str, settings, *, workers: int = 1, progress=None
     import pandas as pd
 
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.prefetch import replay_all_prefetch
+    from simmoe.replay.engine import replay_all
     from simmoe.report.experiments import dataset_of
 
     settings = settings.validate()
@@ -71,8 +72,8 @@ def prefetch_rows(trace, path: str, settings, *, workers: int = 1, progress=None
         if progress is not None:
             progress(done[0], len(jobs))
 
-    results = replay_all_prefetch(trace, [c for c, _ in jobs], {base.name: base}, [p for _, p in jobs],
-                                  workers=workers, paired=False, on_done=on_done)
+    results = replay_all(trace, [replace(c, prefetch=p) for c, p in jobs], {base.name: base},
+                         workers=workers, on_done=on_done)
     summary = {job: r.summary() for job, r in zip(jobs, results, strict=True)}
     base_summary = summary[(baseline, "none")]
     rows = []
@@ -96,15 +97,16 @@ def gain_table(df):
     """Per (slots, policy) and accuracy: SpecFit's (and the prefetch-aware variant's) gain over EAGLE-3."""
     from simmoe.report.tables import md_table
 
-    header = ["slots", "prefetch", "selector"] + [f"a = {a:g}" for a in ACCURACIES]
+    accuracies, slot_counts = _grid(df)
+    header = ["slots", "prefetch", "selector"] + [f"a = {a:g}" for a in accuracies]
     rows = []
-    for slots in SLOTS:
+    for slots in slot_counts:
         for policy in POLICIES:
             for sel in ("specfit", AWARE):
                 if sel == AWARE and policy not in AWARE_POLICIES:
                     continue
                 cells = [str(slots), policy, sel]
-                for acc in ACCURACIES:
+                for acc in accuracies:
                     e = _value(df, "eagle3", slots, acc, policy)
                     v = _value(df, sel, slots, acc, policy)
                     cells.append(f"{100 * (v / e - 1):+.1f}%")
@@ -118,10 +120,11 @@ def tps_table(df):
 
     header = (["slots", "selector", "a"] + [f"{p} tok/s" for p in POLICIES]
               + ["draft: prefetched / useful / wasted per token"])
+    accuracies, slot_counts = _grid(df)
     rows = []
-    for slots in SLOTS:
+    for slots in slot_counts:
         for sel in ("eagle3", "specfit", AWARE):
-            for acc in ACCURACIES:
+            for acc in accuracies:
                 cells = [str(slots), sel, f"{acc:g}"]
                 for policy in POLICIES:
                     if sel == AWARE and policy not in AWARE_POLICIES:
@@ -133,6 +136,11 @@ def tps_table(df):
                              f"{r['wasted_per_token']:.1f}")
                 rows.append(cells)
     return md_table(header, rows)
+
+
+def _grid(df):
+    """The accuracies and slot counts the rows cover (ACCURACIES and SLOTS, fewer with --quick), ascending."""
+    return sorted(set(df["route_accuracy"])), sorted(set(df["slots"]))
 
 
 def _row(df, sel, slots, acc, policy):
@@ -150,16 +158,18 @@ def gain_plot(df, trace: str, synthetic: bool) -> bytes:
     from simmoe.report.figures import _plt, _png, _title
 
     plt = _plt()
-    fig, axes = plt.subplots(1, len(SLOTS), figsize=(11, 3.8), sharey=True)
+    accuracies, slot_counts = _grid(df)
+    fig, axes = plt.subplots(1, len(slot_counts), figsize=(11, 3.8), sharey=True, squeeze=False)
+    axes = axes[0]
     styles = {"none": "-", "draft": "--", "next-layer": ":", "oracle": "-."}
-    for ax, slots in zip(axes, SLOTS, strict=True):
+    for ax, slots in zip(axes, slot_counts, strict=True):
         for policy in POLICIES:
             for sel, color in (("specfit", "#d62728"), (AWARE, "#9467bd")):
                 if sel == AWARE and policy not in AWARE_POLICIES:
                     continue
                 ys = [100 * (_value(df, sel, slots, a, policy) / _value(df, "eagle3", slots, a, policy) - 1)
-                      for a in ACCURACIES]
-                ax.plot(ACCURACIES, ys, styles[policy], color=color, marker="o", ms=3,
+                      for a in accuracies]
+                ax.plot(accuracies, ys, styles[policy], color=color, marker="o", ms=3,
                         label=f"{sel}, prefetch {policy}")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_title(f"{slots} slots" if slots else "no cache")

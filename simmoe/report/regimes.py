@@ -10,7 +10,7 @@ selector of :data:`SELECTORS` is replayed
   profiled on the trace, docs/models-and-gpus.md),
 
 at each batch size of ``batches`` (continuous batching,
-:mod:`simmoe.replay.batch`; batch 1 is the per-request engine).  Throughput
+:mod:`simmoe.replay.admission`; batch 1 is one request at a time).  Throughput
 is aggregate decode tokens/s; the speedup is over AR in the same regime and
 batch without a cache.  Selector time is fixed as in every report table: the
 cost-model selectors (SpecFit) are charged the SpecFit paper's median selector
@@ -40,12 +40,14 @@ def applies(trace) -> bool:
     return (g.num_layers, g.num_experts, g.top_k) == (48, 128, 8)
 
 
-def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=BATCHES):
-    """One row per (regime, batch, selector): a pandas DataFrame (empty when the table does not apply)."""
+def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=None):
+    """One row per (regime, batch, selector): a pandas DataFrame (empty when the table does not apply).
+
+    ``batches`` None: ``settings.batches`` (:data:`BATCHES`, fewer with ``--quick``).
+    """
     import pandas as pd
 
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.batch import replay_all_batched
     from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
     from simmoe.replay.metrics import speedup
     from simmoe.replay.selectors import SELECTORS as ALL
@@ -53,6 +55,7 @@ def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=BATCHES
 
     if not applies(trace):
         return pd.DataFrame()
+    batches = settings.batches if batches is None else batches
     dataset = dataset_of(trace, path)
     base = load_profile(settings.hardware)
     resident = load_profile(RESIDENT)
@@ -74,11 +77,8 @@ def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=BATCHES
             ar0 = ar_baseline(configs[0])
             ar0 = replace(ar0, selector_ms=0.0)
             allc = [ar0] + configs
-            if batch == 1:
-                res = replay_all(trace, allc, profiles, workers=workers)
-            else:
-                res = replay_all_batched(trace, allc, profiles, batch, workers=workers)
-            sums = [r.summary() for r in res]
+            allc = [replace(c, batch=batch) for c in allc]
+            sums = [r.summary() for r in replay_all(trace, allc, profiles, workers=workers)]
             for c, s in zip(configs, sums[1:], strict=True):
                 rows.append({"trace": path, "dataset": dataset, "synthetic": bool(trace.is_synthetic),
                              "regime": regime, "hardware": prof.name, "slots": slots, "batch": batch,

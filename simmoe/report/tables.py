@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from simmoe.report.published import PUBLISHED
+from simmoe.published import PUBLISHED
 
 NAMES = {"ar": "AR", "eagle3": "EAGLE-3", "specfit": "SpecFit"}
 SPEC = PUBLISHED["specfit"]
@@ -133,7 +133,8 @@ def slot_table(df, dataset: str) -> tuple[str, str | None]:
         rows.append([str(slots),
                      cell(s["decode_tps"], pub("decode_tps", "specfit")),
                      cell(e["decode_tps"], pub("decode_tps", "eagle3")),
-                     cell(gain, fig["gain_specfit_over_eagle3_pct"][i] if i is not None else None, "{:.1f}"),
+                     cell(gain, fig["gain_specfit_over_eagle3_pct"][i] if fig and i is not None else None,
+                          "{:.1f}"),
                      cell(s["ms_per_cycle"], pub("ms_per_cycle", "specfit"), "{:.1f}"),
                      cell(e["ms_per_cycle"], pub("ms_per_cycle", "eagle3"), "{:.1f}"),
                      cell(s["h2d_per_token"], pub("h2d_per_token", "specfit"), "{:.1f}"),

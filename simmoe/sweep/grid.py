@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from simmoe.atomicio import write_bytes_atomic, write_text_atomic
 from simmoe.errors import SimmoeError
 from simmoe.replay.engine import ReplayConfig, ar_baseline, plan_key, replay
 from simmoe.replay.metrics import COUNTERS, speedup
+from simmoe.replay.results import RESIDENT_COUNTERS
 from simmoe.replay.selectors import SELECTORS
 
 
@@ -41,7 +41,9 @@ class Grid:
     caches: tuple[str, ...] = ("lru",)
     hardware: tuple[str, ...] = ("a100-pcie-40gb",)
     route_accuracy: tuple[float, ...] = (1.0,)
-    selector_ms: float | None = None
+    # ms per cycle for every selector; None: measured; "model": the profile's cycle.selector_ms for the
+    # exact searches and 0 for the top-K rules (reproducible, as simmoe replay's default)
+    selector_ms: float | str | None = None
     selector_clock: str = "wall"
     timing: str = "event"
     seed: int = 0
@@ -69,12 +71,18 @@ class Grid:
             if slots == 0:
                 cache = "none"
             cfg = ReplayConfig(selector=sel, slots=slots, cache=cache, hardware=hw,
-                               route_accuracy=acc, selector_ms=self.selector_ms,
+                               route_accuracy=acc, selector_ms=self.selector_time(sel, hw),
                                selector_clock=self.selector_clock,
                                timing=self.timing, seed=self.seed, requests=self.requests,
                                options=self.options).validate()
             out.append((str(tr), cfg))
         return list(dict.fromkeys(out))
+
+    def selector_time(self, selector: str, hardware: str) -> float | None:
+        """The fixed selector ms of ``selector`` on profile ``hardware`` (None: measured)."""
+        if self.selector_ms != "model":
+            return self.selector_ms  # type: ignore[return-value]
+        return float(_profile(hardware).selector_ms) if SELECTORS[selector].uses_cost else 0.0
 
 
 # -- workers --------------------------------------------------------------------
@@ -116,7 +124,7 @@ def replay_task(trace, path: str, configs: Sequence[ReplayConfig], profiles: dic
     O(plan + Σ simulate).
     """
     plans: dict = {}
-    out = []
+    out: list[tuple[ReplayConfig, dict | None, str | None]] = []
     for cfg in configs:
         try:
             res = replay(trace, cfg, profiles[cfg.hardware], plans=plans)
@@ -159,7 +167,9 @@ def _row(path, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
            "route_accuracy": cfg.route_accuracy, "timing": cfg.timing, "seed": cfg.seed,
            "selector_ms_fixed": cfg.selector_ms, "selector_clock": cfg.selector_clock,
            "requests_limit": cfg.requests}
-    row.update({k: summary[k] for k in COUNTERS})
+    # a resident profile has no cache: no H2D or hit rate (NaN), the experts read from HBM instead
+    row.update({k: summary.get(k, float("nan")) for k in COUNTERS})
+    row.update({k: summary[k] for k in RESIDENT_COUNTERS if k in summary})
     row["lambda_star"] = lambda_star
     return row
 
@@ -176,6 +186,27 @@ def tasks_of(configs: Sequence[tuple[str, ReplayConfig]]) -> list[tuple[str, lis
     return [(path, cfgs) for (path, _), cfgs in groups.items()]
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_sweep`, with the rows finished so far (``frame``) to keep for a resume.
+
+    ``frame`` holds every finished configuration whose AR-without-cache
+    baseline finished too (so its speedup is known); ``total`` counts the
+    configurations asked for.
+    """
+
+    def __init__(self, frame, total: int):
+        super().__init__()
+        self.frame, self.total = frame, total
+
+
+def task_order(tasks):
+    """AR tasks first (cheap; every row's speedup needs their baseline), then the exact searches (slow)."""
+    def rank(task):
+        sel = SELECTORS[task[1][0].selector]
+        return 0 if task[1][0].selector == "ar" else (1 if sel.uses_cost else 2)
+    return sorted(tasks, key=rank)
+
+
 def run_sweep(grid: Grid, *, workers: int = 1,
               progress: Callable[[int, int], None] | None = None,
               configs: Sequence[tuple[str, ReplayConfig]] | None = None):
@@ -185,51 +216,51 @@ def run_sweep(grid: Grid, *, workers: int = 1,
     grid order; ``speedup`` is over AR without a cache (same trace, profile,
     timing, seed).  ``failures``: a :class:`Failure` for each configuration
     whose replay raised (or whose worker process died); the rest complete.
-    ``workers > 1`` runs tasks in that many processes.  ``configs`` (a subset
-    of ``grid.configs()``, e.g. those not yet in an output table) replaces
-    the whole grid.
+    ``workers > 1`` runs tasks in that many processes
+    (:func:`simmoe.replay.workers.run_pooled`).  ``configs`` (a subset of
+    ``grid.configs()``, e.g. those not yet in an output table) replaces the
+    whole grid.  Ctrl-C raises :class:`SweepInterrupted` with the finished rows.
     """
     import pandas as pd
+
+    from simmoe.interrupt import acknowledge
+    from simmoe.replay.workers import fork_available, run_pooled
 
     configs = grid.configs() if configs is None else list(configs)
     if not configs:
         return pd.DataFrame(), []
-    # the exact searches are the slow plans: start them first
-    tasks = sorted(tasks_of(configs), key=lambda t: not SELECTORS[t[1][0].selector].uses_cost)
+    tasks = task_order(tasks_of(configs))
     workers = max(1, int(workers))
     results: dict[tuple, dict] = {}
     failures: dict[tuple, str] = {}
     done = 0
 
-    def collect(path, outcome):
+    def collect(j, outcome, error):
         nonlocal done
-        for cfg, row, error in outcome:
-            if error is None:
+        path, cfgs = tasks[j]
+        if error is not None:  # the worker process died (BrokenProcessPool) or could not pickle
+            outcome = [(c, None, f"{type(error).__name__}: {error}") for c in cfgs]
+        for cfg, row, err in outcome:
+            if err is None:
                 results[(path, cfg)] = row
             else:
-                failures[(path, cfg)] = error
+                failures[(path, cfg)] = err
         done += 1
         if progress is not None:
             progress(done, len(tasks))
 
-    if workers == 1 or len(tasks) == 1:
-        for path, cfgs in tasks:
-            collect(path, run_task(path, cfgs))
-    else:
-        import multiprocessing as mp
-
-        # forked workers inherit the traces read here instead of reading them again
-        for path in {p for p, _ in configs}:
-            cached_trace(str(path))
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx) as pool:
-            futures = [(path, cfgs, pool.submit(run_task, path, cfgs)) for path, cfgs in tasks]
-            for path, cfgs, f in futures:
-                try:
-                    outcome = f.result()
-                except Exception as exc:  # the worker process died (BrokenProcessPool) or could not pickle
-                    outcome = [(c, None, f"{type(exc).__name__}: {exc}") for c in cfgs]
-                collect(path, outcome)
+    try:
+        if workers == 1 or len(tasks) == 1:
+            for j, (path, cfgs) in enumerate(tasks):
+                collect(j, run_task(path, cfgs), None)
+        else:
+            for path in {p for p, _ in configs}:  # forked workers inherit the traces read here
+                cached_trace(str(path))
+            run_pooled(run_task, tasks, workers, collect, fork=fork_available())
+    except KeyboardInterrupt:
+        acknowledge()
+        finished = [(p, c) for p, c in configs if (p, c) in results and (p, ar_baseline(c)) in results]
+        raise SweepInterrupted(assemble(finished, results, {})[0], len(configs)) from None
     return assemble(configs, results, failures)
 
 
@@ -289,11 +320,12 @@ def write_table(frame, path) -> None:
         raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
 
 
-def check_output_path(path) -> None:
-    """Fail before any work when the table could not be written."""
+def check_output_path(path, inputs=()) -> None:
+    """Fail before any work when the table could not be written (or would overwrite a trace)."""
+    from simmoe.atomicio import check_outputs
+
     suffix = Path(path).suffix.lower()
     if suffix not in (".csv", ".parquet", ".pq"):
         raise SimmoeError(f"output {path}: unknown extension {suffix!r} (use .csv or .parquet)")
-    if not Path(path).resolve().parent.is_dir():
-        raise SimmoeError(f"cannot write {path}: folder {Path(path).resolve().parent} does not exist")
+    check_outputs([("--out", path)], inputs=inputs)
 

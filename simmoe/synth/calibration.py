@@ -303,7 +303,7 @@ def write_report(path: str | os.PathLike, seed: int = 0, log=print) -> str:
         rep = S.replay_eagle3(tr)
         tree = S.union_sizes(tr, rep).mean()
         g = tr.geometry
-        tokens = 1 + rep.selected.sum(axis=1)
+        tokens = rep.forward_tokens()
         indep = (g.num_experts * (1 - (1 - g.top_k / g.num_experts) ** tokens)).mean()
         derived = ""
         if name == "gsm8k":

@@ -126,7 +126,7 @@ def draft_pools(true_tokens: np.ndarray, z: np.ndarray, params,
     token = np.zeros((n, M), dtype=np.int32)
     V = params.vocab_size
     start = 0
-    prev = None                                           # column range of the previous level
+    prev = (0, 0)                                         # column range of the previous level (none at level 1)
     for j, size in enumerate(sizes, start=1):
         b = size // k                                     # parents expanded at this level
         if j == 1:

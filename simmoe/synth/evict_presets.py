@@ -94,8 +94,8 @@ def eagle3_mat(trace, temperature: float = 0.0, seed: int = FIT_SEED) -> float:
     """EAGLE-3's Mat (1 + accepted per cycle, all K = 32 nodes verified) on ``trace`` at ``temperature``."""
     from dataclasses import replace as dc_replace
 
-    from simmoe.replay.sampling import sampled_agree
     from simmoe.synth.stats import replay_eagle3
+    from simmoe.trace.verdicts import sampled_agree
 
     if temperature > 0:
         trace = dc_replace(trace, node_agree=sampled_agree(trace, temperature, seed))

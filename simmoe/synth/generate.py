@@ -18,6 +18,7 @@ last output position.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -141,59 +142,86 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     M nodes per pool; about 15 s for the 80-request GSM8K preset on one core.
     """
     g = params.geometry
-    L, N, k = g.num_layers, g.num_experts, g.top_k
     dkey = _DATASET_KEY.get(params.dataset, 0)
     with_nodes = bool(node_routes)
-    if subset is None:
-        R = params.num_requests if num_requests is None else int(num_requests)
-        index = np.arange(R)
-    else:
-        index = np.asarray(subset, dtype=np.int64)
-        if index.size == 0 or (np.diff(index) <= 0).any() or index[0] < 0:
-            raise SimmoeError("subset: give increasing, distinct, non-negative request indices")
-        R = len(index)
+    index = _request_index(params, num_requests, subset)
+    R = len(index)
     qids, prompt_len, out_len = request_lengths(params, _rng(seed, _LENGTHS, dkey),
                                                 int(index[-1]) + 1)
     qids, prompt_len, out_len = qids[index], prompt_len[index], out_len[index]
     probs = model_popularity(params, seed) if routes else None
-    dtype = g.route_dtype
-    parts: dict[str, list] = {name: [] for name in (
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in (
         "root_token", "root_routes", "node_count", "parent", "level", "token", "q", "p",
         "agree", "node_routes", "tprob", "tcdf")}
-    prefill = np.zeros((R, L, N), dtype=bool)
+    prefill = np.zeros((R, g.num_layers, g.num_experts), dtype=bool)
     for r in range(R):
-        n = int(out_len[r])
         key = int(index[r])               # streams follow the request, not its place here
-        drng = _rng(seed, _DRAFT, dkey, key)
-        true_tokens = drng.integers(0, params.vocab_size, size=n).astype(np.int32)
-        easy = stretches(n, params.easy_share, params.stretch_tokens, drng)
-        z = predictability(easy, params, drng)
-        pools = draft_pools(true_tokens, z, params, drng)
-        v = pools.valid
-        parts["root_token"].append(true_tokens)
-        parts["node_count"].append(v.sum(axis=1))
-        for name in ("parent", "level", "token", "q", "p", "agree"):
-            parts[name].append(getattr(pools, name)[v])
-        if temperature > 0:
-            tp, tc = target_fields(pools, z, params, float(temperature), _rng(seed, _SAMPLING, dkey, key))
-            parts["tprob"].append(tp[v])
-            parts["tcdf"].append(tc[v])
-        if routes:
-            sampler = request_sampler(params, probs, seed, dkey, key)
-            pre, root_routes, nodes_r = _request_routes(
-                params, sampler, int(prompt_len[r]), pools, _rng(seed, _ROUTES, dkey, key),
-                with_nodes)
+        pre = _request_parts(parts, params, seed=seed, dkey=dkey, key=key, prompt_len=int(prompt_len[r]),
+                             n=int(out_len[r]), probs=probs, with_nodes=with_nodes, temperature=temperature)
+        if pre is not None:
             prefill[r] = pre
-            parts["root_routes"].append(_sorted_routes(root_routes, dtype))
-            parts["node_routes"].append(_sorted_routes(nodes_r[v], dtype))
-        else:
-            parts["root_routes"].append(np.zeros((n, L, k), dtype))
-            parts["node_routes"].append(np.zeros((int(v.sum()), L, k), dtype))
         if progress is not None:
             progress(r + 1, R)
-    counts = np.concatenate(parts["node_count"])
-    node_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    meta = {
+    meta = _synthetic_meta(params, seed=seed, preset=preset, fitted_to=fitted_to, routes=routes,
+                           with_nodes=with_nodes, index=index, subset=subset is not None, temperature=temperature)
+    requests = Requests(
+        request_id=np.array([str(int(x)) for x in qids], dtype=object),
+        dataset=np.array([params.dataset] * R, dtype=object),
+        prompt_len=prompt_len.astype(np.int32),
+        output_len=out_len.astype(np.int32),
+        prefill_union=prefill,
+        prefill_time_ms=np.full(R, np.nan),
+    )
+    return _assemble(parts, meta, requests, out_len, params, temperature)
+
+
+def _request_index(params: SynthParams, num_requests: int | None, subset) -> np.ndarray:
+    """Question indices of the requests to generate: the first ``num_requests``, or ``subset``."""
+    if subset is None:
+        return np.arange(params.num_requests if num_requests is None else int(num_requests))
+    index = np.asarray(subset, dtype=np.int64)
+    if index.size == 0 or (np.diff(index) <= 0).any() or index[0] < 0:
+        raise SimmoeError("subset: give increasing, distinct, non-negative request indices")
+    return index
+
+
+def _request_parts(parts: dict[str, list[np.ndarray]], params: SynthParams, *, seed: int, dkey: int, key: int,
+                   prompt_len: int, n: int, probs: np.ndarray | None, with_nodes: bool,
+                   temperature: float) -> np.ndarray | None:
+    """Append request ``key``'s text, pools and routes to ``parts``; its prefill union (None without routes)."""
+    g = params.geometry
+    L, k, dtype = g.num_layers, g.top_k, g.route_dtype
+    drng = _rng(seed, _DRAFT, dkey, key)
+    true_tokens = drng.integers(0, params.vocab_size, size=n).astype(np.int32)
+    easy = stretches(n, params.easy_share, params.stretch_tokens, drng)
+    z = predictability(easy, params, drng)
+    pools = draft_pools(true_tokens, z, params, drng)
+    v = pools.valid
+    parts["root_token"].append(true_tokens)
+    parts["node_count"].append(v.sum(axis=1))
+    for name in ("parent", "level", "token", "q", "p", "agree"):
+        parts[name].append(getattr(pools, name)[v])
+    if temperature > 0:
+        tp, tc = target_fields(pools, z, params, float(temperature), _rng(seed, _SAMPLING, dkey, key))
+        parts["tprob"].append(tp[v])
+        parts["tcdf"].append(tc[v])
+    if probs is None:                    # routes=False
+        parts["root_routes"].append(np.zeros((n, L, k), dtype))
+        parts["node_routes"].append(np.zeros((int(v.sum()), L, k), dtype))
+        return None
+    sampler = request_sampler(params, probs, seed, dkey, key)
+    pre, root_routes, nodes_r = _request_routes(
+        params, sampler, prompt_len, pools, _rng(seed, _ROUTES, dkey, key), with_nodes)
+    parts["root_routes"].append(_sorted_routes(root_routes, dtype))
+    parts["node_routes"].append(_sorted_routes(nodes_r[v], dtype))
+    return pre
+
+
+def _synthetic_meta(params: SynthParams, *, seed: int, preset: str | None, fitted_to: tuple[str, ...],
+                    routes: bool, with_nodes: bool, index: np.ndarray, subset: bool,
+                    temperature: float) -> dict[str, Any]:
+    """The trace's ``meta``: SYNTHETIC provenance saying what was simulated and what left out."""
+    meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": {
             "kind": SYNTHETIC,
@@ -208,26 +236,28 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
                         if routes and not with_nodes else "")
                      + (f"; parameters fitted to: {'; '.join(fitted_to)}" if fitted_to else "")),
         },
-        "geometry": g.to_dict(),
+        "geometry": params.geometry.to_dict(),
         "pool_shape": params.pool.to_dict(),
         "hardware": None,
         "dataset": params.dataset,
         "num_requests_full": int(params.num_requests),
-        "num_requests": int(R),
-        **({"subset": index.tolist()} if subset is not None else {}),
+        "num_requests": len(index),
+        **({"subset": index.tolist()} if subset else {}),
         "synth_params": params.to_dict(),
         "prompt_tokens": "estimated from Spec-Bench word counts (simmoe.synth.prompts)",
     }
     if temperature > 0:  # the greedy text, with the target's distributions at T (simmoe.trace.sampling)
         meta["sampling"] = {"temperature": float(temperature), "seed": None, "text": "greedy"}
-    requests = Requests(
-        request_id=np.array([str(int(x)) for x in qids], dtype=object),
-        dataset=np.array([params.dataset] * R, dtype=object),
-        prompt_len=prompt_len.astype(np.int32),
-        output_len=out_len.astype(np.int32),
-        prefill_union=prefill,
-        prefill_time_ms=np.full(R, np.nan),
-    )
+    return meta
+
+
+def _assemble(parts: dict[str, list[np.ndarray]], meta: dict[str, Any], requests: Requests,
+              out_len: np.ndarray, params: SynthParams, temperature: float) -> Trace:
+    """The flat trace columns from the per-request parts."""
+    L, k, dtype = params.geometry.num_layers, params.geometry.top_k, params.geometry.route_dtype
+    R = len(out_len)
+    counts = np.concatenate(parts["node_count"])
+    node_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def cat(name, dt):
         return (np.concatenate(parts[name]).astype(dt) if parts[name]

@@ -91,6 +91,12 @@ class Replay:
     committed: np.ndarray       # tokens committed by each cycle
     selected: np.ndarray | None  # [cycles, M] selection of each cycle (None for AR)
 
+    def forward_tokens(self) -> np.ndarray:
+        """Tokens each cycle's forward verifies: the root and the selected nodes (the root alone for AR)."""
+        if self.selected is None:
+            return np.ones(len(self.cycles), dtype=np.int64)
+        return 1 + self.selected.sum(axis=1)
+
     @property
     def committed_per_cycle(self) -> float:
         return float(self.committed.mean()) if self.committed.size else 0.0

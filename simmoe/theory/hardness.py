@@ -76,7 +76,8 @@ def has_clique(graph: nx.Graph, r: int) -> bool:
 def expert_routes(instance: CliqueInstance) -> list[tuple[int, int]]:
     """The two experts (vertex indices) each pool node routes to, in pool order."""
     index = {u: e for e, u in enumerate(instance.vertices)}
-    return [tuple(sorted((index[u], index[w]))) for u, w in instance.edges]
+    pairs = ((index[u], index[w]) for u, w in instance.edges)
+    return [(min(a, b), max(a, b)) for a, b in pairs]
 
 
 def decide(graph: nx.Graph, r: int, *, index: int = 0,

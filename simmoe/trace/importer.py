@@ -74,8 +74,13 @@ def import_routes(
     model_name: str = "",
     dataset: str = "imported",
     on_gap: str = "fail",
+    moe_layers: tuple[int, ...] = (),
+    decoder_layers: int = 0,
 ) -> tuple[Trace, ImportReport]:
     """Read a routing log or routing arrays and build an autoregressive-only :class:`Trace`.
+
+    ``moe_layers``/``decoder_layers``: which decoder layers the log's layers
+    are (a catalogued model's; stored in the geometry).
 
     Raises :class:`TraceError` (file, row, field) for bad input and
     :class:`SimmoeError` for missing cells when ``on_gap="fail"``.  Rows count
@@ -133,5 +138,7 @@ def import_routes(
         expert_bytes=expert_bytes,
         model_name=model_name,
         dataset=dataset,
+        moe_layers=tuple(moe_layers),
+        decoder_layers=int(decoder_layers),
     )
     return trace, report

@@ -144,41 +144,9 @@ def tokens_from_source(
     """The token table of a dense input, with L, N, k and the arrays used (role → name)."""
     report.layout = "dense"
     used: dict[str, str] = {}
-    routes_name = _routes_name(source, columns.experts, src)
-    field = None if isinstance(source, _Npy) else routes_name  # a .npy file is the array itself
-    if field is not None:
-        used["experts"] = routes_name
-    dtype = source.dtype_name(routes_name)
-    np_dtype = DTYPES.get(dtype) if dtype is not None else None
-    if dtype is not None and (np_dtype is None or np_dtype.kind not in "iu"):
-        raise TraceError(
-            f"routes of dtype {dtype}: expected integer expert ids", path=src, field=field
-        )
-    raw = source.get(routes_name)
-    routes = routes_from_column(raw, src, field) if isinstance(raw, pa.Array) else np.asarray(raw)
+    routes, field = _read_routes(source, src, columns, used)
     T, L, k = _check_routes(routes, src, field, num_layers, top_k)
-
-    extras = {}
-    for role in ROLES:
-        name = getattr(columns, role)
-        if name is None or isinstance(source, _Npy):
-            if name is not None and name != getattr(DEFAULT_COLUMNS, role):
-                raise TraceError(
-                    f"a .npy file holds only the routes, no array {name!r}; use .npz or "
-                    f".safetensors for per-token arrays",
-                    path=src,
-                    field=name,
-                )
-            continue
-        if name not in source.names:
-            if name != getattr(DEFAULT_COLUMNS, role) or role in ("token_id", "prefill"):
-                raise TraceError(
-                    f"no such array (arrays are: {', '.join(source.names)})", path=src, field=name
-                )
-            continue
-        extras[role] = _per_token(source.get(name), T, src, name)
-        used[role] = name
-
+    extras = _per_token_arrays(source, src, columns, T, used)
     if "request" in extras:
         req, req_names = request_codes(extras["request"], used["request"], src)
     else:
@@ -193,53 +161,12 @@ def tokens_from_source(
         _check_token_index(idx, req, req_names, src, used["token"])
     token_id = integers(extras["token_id"], used["token_id"], src) if "token_id" in extras else None
 
-    # Routes: -1 in every slot of a cell marks it missing; anything else must be an expert id.
-    missing = np.zeros((T, L), dtype=bool)
-    if routes.dtype.kind == "i" and routes.min() < 0:
-        neg = routes < 0
-        missing = (routes == -1).all(axis=2)
-        bad = neg.any(axis=2) & ~missing
-        if bad.any():
-            t, layer = (int(v) for v in np.argwhere(bad)[0])
-            cell = routes[t, layer].tolist()
-            what = (
-                "mixes -1 (no routes) with expert ids"
-                if -1 in cell
-                else f"has negative expert id {min(cell)}"
-            )
-            raise TraceError(f"layer {layer}: {cell} {what}", path=src, row=t, field=field)
+    missing = _missing_cells(routes, src, field)
     present = ~missing
-    if not present.any():
-        raise TraceError("no routes: every (token, layer) cell is -1", path=src, field=field)
-    vmax = int(routes.max())
-    if num_experts is not None:
-        N = num_experts
-        if vmax >= N:
-            t, layer = (int(v) for v in np.argwhere((routes >= N).any(axis=2))[0])
-            raise TraceError(
-                f"layer {layer}: expert id {int(routes[t, layer].max())} outside [0, {N}) "
-                f"(the model's N)",
-                path=src,
-                row=t,
-                field=field,
-            )
-    else:
-        N = vmax + 1
-        report.inferred.append(f"num_experts={N} (largest expert id + 1; a lower bound)")
+    N = _num_experts(routes, num_experts, src, field, report)
     check_experts(N, k, src, field)
     union = union_buffer(len(req_names), L, N, src)  # checked before the big temporaries below
-    s = np.sort(routes, axis=2)
-    same = (s[:, :, 1:] == s[:, :, :-1]) & present[:, :, None]
-    if same.any():
-        t, layer, j = (int(v) for v in np.argwhere(same)[0])
-        raise TraceError(
-            f"layer {layer}: expert {int(s[t, layer, j])} listed twice",
-            path=src,
-            row=t,
-            field=field,
-        )
-    s[missing] = 0
-    s = s.astype(np.uint8 if N <= 256 else np.uint16)
+    s = _sorted_routes(routes, missing, N, src, field)
 
     report.records = T
     report.prefill_records = int(prompt.sum())
@@ -266,6 +193,104 @@ def tokens_from_source(
         prefill_union=union,
     )
     return tt, L, N, k, used
+
+
+def _read_routes(source: _Source, src: str, columns: RouteColumns, used: dict) -> tuple[np.ndarray, str | None]:
+    """The routes array (integer expert ids) and the field errors name (None for a .npy file)."""
+    routes_name = _routes_name(source, columns.experts, src)
+    field = None if isinstance(source, _Npy) else routes_name  # a .npy file is the array itself
+    if field is not None:
+        used["experts"] = routes_name
+    dtype = source.dtype_name(routes_name)
+    np_dtype = DTYPES.get(dtype) if dtype is not None else None
+    if dtype is not None and (np_dtype is None or np_dtype.kind not in "iu"):
+        raise TraceError(
+            f"routes of dtype {dtype}: expected integer expert ids", path=src, field=field
+        )
+    raw = source.get(routes_name)
+    routes = routes_from_column(raw, src, field) if isinstance(raw, pa.Array) else np.asarray(raw)
+    return routes, field
+
+
+def _per_token_arrays(source: _Source, src: str, columns: RouteColumns, T: int, used: dict) -> dict:
+    """Role → per-token array, for the optional arrays present (request, token, token id, phase)."""
+    extras = {}
+    for role in ROLES:
+        name = getattr(columns, role)
+        if name is None or isinstance(source, _Npy):
+            if name is not None and name != getattr(DEFAULT_COLUMNS, role):
+                raise TraceError(
+                    f"a .npy file holds only the routes, no array {name!r}; use .npz or "
+                    f".safetensors for per-token arrays",
+                    path=src,
+                    field=name,
+                )
+            continue
+        if name not in source.names:
+            if name != getattr(DEFAULT_COLUMNS, role) or role in ("token_id", "prefill"):
+                raise TraceError(
+                    f"no such array (arrays are: {', '.join(source.names)})", path=src, field=name
+                )
+            continue
+        extras[role] = _per_token(source.get(name), T, src, name)
+        used[role] = name
+    return extras
+
+
+def _missing_cells(routes: np.ndarray, src: str, field) -> np.ndarray:
+    """bool [T, L]: -1 in every slot of a cell marks it missing; anything else must be an expert id."""
+    T, L = routes.shape[:2]
+    missing = np.zeros((T, L), dtype=bool)
+    if routes.dtype.kind == "i" and routes.min() < 0:
+        neg = routes < 0
+        missing = (routes == -1).all(axis=2)
+        bad = neg.any(axis=2) & ~missing
+        if bad.any():
+            t, layer = (int(v) for v in np.argwhere(bad)[0])
+            cell = routes[t, layer].tolist()
+            what = (
+                "mixes -1 (no routes) with expert ids"
+                if -1 in cell
+                else f"has negative expert id {min(cell)}"
+            )
+            raise TraceError(f"layer {layer}: {cell} {what}", path=src, row=t, field=field)
+    if missing.all():
+        raise TraceError("no routes: every (token, layer) cell is -1", path=src, field=field)
+    return missing
+
+
+def _num_experts(routes: np.ndarray, num_experts: int | None, src: str, field, report: ImportReport) -> int:
+    """N: the model's (every id checked against it), or the largest id + 1 (recorded as inferred)."""
+    vmax = int(routes.max())
+    if num_experts is None:
+        report.inferred.append(f"num_experts={vmax + 1} (largest expert id + 1; a lower bound)")
+        return vmax + 1
+    if vmax >= num_experts:
+        t, layer = (int(v) for v in np.argwhere((routes >= num_experts).any(axis=2))[0])
+        raise TraceError(
+            f"layer {layer}: expert id {int(routes[t, layer].max())} outside [0, {num_experts}) "
+            f"(the model's N)",
+            path=src,
+            row=t,
+            field=field,
+        )
+    return num_experts
+
+
+def _sorted_routes(routes: np.ndarray, missing: np.ndarray, N: int, src: str, field) -> np.ndarray:
+    """Each cell's experts sorted (missing cells zero), as uint8/uint16; an expert twice in a cell fails."""
+    s = np.sort(routes, axis=2)
+    same = (s[:, :, 1:] == s[:, :, :-1]) & ~missing[:, :, None]
+    if same.any():
+        t, layer, j = (int(v) for v in np.argwhere(same)[0])
+        raise TraceError(
+            f"layer {layer}: expert {int(s[t, layer, j])} listed twice",
+            path=src,
+            row=t,
+            field=field,
+        )
+    s[missing] = 0
+    return s.astype(np.uint8 if N <= 256 else np.uint16)
 
 
 def _routes_name(source: _Source, name: str, src: str) -> str:

@@ -238,43 +238,15 @@ def build_trace(
     expert_bytes: int = 0,
     model_name: str = "",
     dataset: str = "imported",
+    moe_layers: tuple[int, ...] = (),
+    decoder_layers: int = 0,
 ) -> Trace:
     """Handle gaps among the output tokens and assemble the autoregressive-only trace."""
     R = len(tt.req_names)
     prompt_len = np.bincount(tt.req[tt.prompt], minlength=R).astype(np.int32)
-    out = np.flatnonzero(~tt.prompt)
-    if tt.idx is None:
-        order = out[np.argsort(tt.req[out], kind="stable")]
-        o_req = tt.req[order]
-        starts = np.searchsorted(o_req, np.arange(R))
-        o_idx = np.arange(len(order)) - starts[o_req]
-    else:
-        order = out[np.lexsort((tt.idx[out], tt.req[out]))]
-        o_req, o_idx = tt.req[order], tt.idx[order]
-    o_cells = tt.cells[order]
-    # Expected tokens of a request: the integers from its smallest to its largest output index.
-    lo = np.full(R, np.iinfo(np.int64).max)
-    hi = np.full(R, -1, dtype=np.int64)
-    np.minimum.at(lo, o_req, o_idx)
-    np.maximum.at(hi, o_req, o_idx)
-    expected = np.where(hi >= 0, hi - lo + 1, 0)
-    absent = int(expected.sum()) - len(order)
-    complete = o_cells == L
-    report.missing_cells = int(absent * L + (L - o_cells).sum())
-    report.incomplete_tokens = int(absent + (~complete).sum())
-    if report.missing_cells:
-        req, tok, layer, row = _first_gap(o_req, o_idx, complete, order, tt)
-        if on_gap == "fail":
-            where = f"request {tt.req_names[req]!r}, token {tok}, layer {layer}" + (
-                f", input row {row}" if row is not None else ""
-            )
-            raise SimmoeError(
-                f"{src}: {report.missing_cells} (token, layer) cells have no routes, in "
-                f"{report.incomplete_tokens} tokens (first: {where}); pass --on-gap drop to drop "
-                f"incomplete tokens (nothing is filled in)"
-            )
-        report.dropped_tokens = report.incomplete_tokens
-
+    order, o_req, o_idx = _output_order(tt, R)
+    complete = tt.cells[order] == L
+    _count_gaps(tt, order, o_req, o_idx, complete, L=L, src=src, on_gap=on_gap, report=report)
     keep = order[complete]
     P = len(keep)
     counts = np.bincount(o_req[complete], minlength=R)
@@ -288,7 +260,8 @@ def build_trace(
     pos_request = remap[o_req[complete]].astype(np.int32)
     starts = np.concatenate([[0], np.cumsum(counts[alive])[:-1]])
     pos_index = (np.arange(P) - np.repeat(starts, counts[alive])).astype(np.int32)
-    geometry = ModelGeometry(L, N, k, expert_bytes=int(expert_bytes), name=model_name)
+    geometry = ModelGeometry(L, N, k, expert_bytes=int(expert_bytes), name=model_name,
+                             moe_layers=tuple(moe_layers), decoder_layers=int(decoder_layers))
     root_routes = np.ascontiguousarray(tt.routes_of(keep), dtype=geometry.route_dtype).reshape(
         P, L, k
     )
@@ -298,8 +271,80 @@ def build_trace(
         else np.zeros(P, dtype=np.int32)
     )
     report.requests, report.positions = int(alive.sum()), P
+    n_alive = int(alive.sum())
+    requests = Requests(
+        request_id=np.array([str(x) for x in tt.req_names[alive]], dtype=object),
+        dataset=np.array([dataset] * n_alive, dtype=object),
+        prompt_len=prompt_len[alive],
+        output_len=counts[alive].astype(np.int32),
+        prefill_union=tt.prefill_union[alive],
+        prefill_time_ms=np.full(n_alive, math.nan),
+    )
+    empty = np.zeros(0)
+    return Trace(
+        meta=_meta(tt, geometry, src=src, fmt=fmt, on_gap=on_gap, report=report, columns_used=columns_used),
+        requests=requests,
+        pos_request=pos_request,
+        pos_index=pos_index,
+        root_token=root_token,
+        root_routes=root_routes,
+        node_ptr=np.zeros(P + 1, dtype=np.int64),
+        node_parent=empty.astype(np.int16),
+        node_level=empty.astype(np.int8),
+        node_token=empty.astype(np.int32),
+        node_q=empty.astype(np.float32),
+        node_p=empty.astype(np.float32),
+        node_agree=empty.astype(bool),
+        node_routes=np.zeros((0, L, k), dtype=geometry.route_dtype),
+    )
 
-    meta = {
+
+def _output_order(tt: TokenTable, R: int):
+    """The output tokens' rows by (request, token index), with their requests and token indices."""
+    out = np.flatnonzero(~tt.prompt)
+    if tt.idx is None:
+        order = out[np.argsort(tt.req[out], kind="stable")]
+        o_req = tt.req[order]
+        starts = np.searchsorted(o_req, np.arange(R))
+        o_idx = np.arange(len(order)) - starts[o_req]
+    else:
+        order = out[np.lexsort((tt.idx[out], tt.req[out]))]
+        o_req, o_idx = tt.req[order], tt.idx[order]
+    return order, o_req, o_idx
+
+
+def _count_gaps(tt: TokenTable, order, o_req, o_idx, complete, *, L: int, src: str, on_gap: str,
+                report: ImportReport) -> None:
+    """Count the missing (token, layer) cells into ``report``; fail on them unless ``on_gap="drop"``."""
+    R = len(tt.req_names)
+    # Expected tokens of a request: the integers from its smallest to its largest output index.
+    lo = np.full(R, np.iinfo(np.int64).max)
+    hi = np.full(R, -1, dtype=np.int64)
+    np.minimum.at(lo, o_req, o_idx)
+    np.maximum.at(hi, o_req, o_idx)
+    expected = np.where(hi >= 0, hi - lo + 1, 0)
+    absent = int(expected.sum()) - len(order)
+    report.missing_cells = int(absent * L + (L - tt.cells[order]).sum())
+    report.incomplete_tokens = int(absent + (~complete).sum())
+    if not report.missing_cells:
+        return
+    req, tok, layer, row = _first_gap(o_req, o_idx, complete, order, tt)
+    if on_gap == "fail":
+        where = f"request {tt.req_names[req]!r}, token {tok}, layer {layer}" + (
+            f", input row {row}" if row is not None else ""
+        )
+        raise SimmoeError(
+            f"{src}: {report.missing_cells} (token, layer) cells have no routes, in "
+            f"{report.incomplete_tokens} tokens (first: {where}); pass --on-gap drop to drop "
+            f"incomplete tokens (nothing is filled in)"
+        )
+    report.dropped_tokens = report.incomplete_tokens
+
+
+def _meta(tt: TokenTable, geometry: ModelGeometry, *, src: str, fmt: str, on_gap: str, report: ImportReport,
+          columns_used: dict[str, str]) -> dict:
+    """The imported trace's metadata: provenance (what was read, what was dropped or inferred), geometry."""
+    return {
         "schema_version": SCHEMA_VERSION,
         "provenance": {
             "kind": IMPORTED,
@@ -324,32 +369,6 @@ def build_trace(
         "pool_shape": PoolShape(0, 0, 0, 0).to_dict(),
         "hardware": None,
     }
-    n_alive = int(alive.sum())
-    requests = Requests(
-        request_id=np.array([str(x) for x in tt.req_names[alive]], dtype=object),
-        dataset=np.array([dataset] * n_alive, dtype=object),
-        prompt_len=prompt_len[alive],
-        output_len=counts[alive].astype(np.int32),
-        prefill_union=tt.prefill_union[alive],
-        prefill_time_ms=np.full(n_alive, math.nan),
-    )
-    empty = np.zeros(0)
-    return Trace(
-        meta=meta,
-        requests=requests,
-        pos_request=pos_request,
-        pos_index=pos_index,
-        root_token=root_token,
-        root_routes=root_routes,
-        node_ptr=np.zeros(P + 1, dtype=np.int64),
-        node_parent=empty.astype(np.int16),
-        node_level=empty.astype(np.int8),
-        node_token=empty.astype(np.int32),
-        node_q=empty.astype(np.float32),
-        node_p=empty.astype(np.float32),
-        node_agree=empty.astype(bool),
-        node_routes=np.zeros((0, L, k), dtype=geometry.route_dtype),
-    )
 
 
 def _first_gap(o_req, o_idx, complete, order, tt: TokenTable) -> tuple[int, int, int, int | None]:

@@ -203,7 +203,45 @@ def tokens_from_records(
         else np.zeros(len(token), dtype=bool)
     )
     report.prefill_records = int(prefill.sum())
+    L, N = _geometry(token, layer, experts, k, src, columns, num_layers=num_layers, num_experts=num_experts,
+                     top_k=top_k, report=report)
+    order, start, cells = _tokens(req_codes, req_names, token, layer, src, columns)
+    r_s, t_s, l_s = req_codes[order], token[order], layer[order]
+    tok_prompt = _prompt_tokens(prefill, order, start, cells, token, req_codes, req_names, src, columns)
 
+    R = len(req_names)
+    union = union_buffer(R, L, N, src)
+    pf = np.flatnonzero(prefill)
+    if len(pf):
+        union[np.repeat(req_codes[pf], k), np.repeat(layer[pf], k), experts[pf].ravel()] = True
+
+    def routes_of(sel: np.ndarray) -> np.ndarray:
+        # Records of a complete token are a run of L in `order`, layers 0..L-1 ascending.
+        rows = (start[sel][:, None] + np.arange(L)[None, :]).ravel()
+        return experts[order[rows]].reshape(len(sel), L, k)
+
+    def missing_layer(i: int) -> int:
+        present = l_s[start[i] : start[i] + cells[i]]
+        return int(np.setdiff1d(np.arange(L), present)[0])
+
+    tt = TokenTable(
+        req=r_s[start],
+        req_names=req_names,
+        idx=t_s[start],
+        prompt=tok_prompt,
+        token_id=token_id[order[start]] if token_id is not None else None,
+        cells=cells,
+        rows=np.minimum.reduceat(order, start),
+        routes_of=routes_of,
+        missing_layer=missing_layer,
+        prefill_union=union,
+    )
+    return tt, L, N, k
+
+
+def _geometry(token, layer, experts, k: int, src: str, columns: RouteColumns, *, num_layers, num_experts, top_k,
+              report: ImportReport) -> tuple[int, int]:
+    """L and N (given, or inferred and recorded as such), every record checked against them."""
     _check_range(layer, "layer", num_layers, src, columns.layer)
     _check_range(experts[:, 0], "expert id", None, src, columns.experts)
     _check_range(token, "token index", None, src, columns.token)
@@ -236,8 +274,12 @@ def tokens_from_records(
             row=int(bad[0]),
             field=columns.experts,
         )
+    return L, N
 
-    # Sort by (request, token, layer); equal keys are duplicate records.
+
+def _tokens(req_codes, req_names, token, layer, src: str, columns: RouteColumns):
+    """``(order, start, cells)``: records sorted by (request, token, layer), where each token's run
+    starts in that order and how many records (layers) it has; a duplicate record fails."""
     order = np.lexsort((layer, token, req_codes))
     r_s, t_s, l_s = req_codes[order], token[order], layer[order]
     dup = np.flatnonzero((r_s[1:] == r_s[:-1]) & (t_s[1:] == t_s[:-1]) & (l_s[1:] == l_s[:-1]))
@@ -250,13 +292,16 @@ def tokens_from_records(
             row=b,
             field=columns.layer,
         )
-    # Tokens: runs of equal (request, token) in the sorted records.
     new_tok = np.ones(len(order), dtype=bool)
     new_tok[1:] = (r_s[1:] != r_s[:-1]) | (t_s[1:] != t_s[:-1])
     start = np.flatnonzero(new_tok)
-    cells = np.diff(np.append(start, len(order)))
-    pf_s = prefill[order]
-    n_prompt = np.add.reduceat(pf_s.astype(np.int64), start)
+    return order, start, np.diff(np.append(start, len(order)))
+
+
+def _prompt_tokens(prefill, order, start, cells, token, req_codes, req_names, src: str,
+                   columns: RouteColumns) -> np.ndarray:
+    """Per token: a prompt (prefill) token; a token with both prefill and decode records fails."""
+    n_prompt = np.add.reduceat(prefill[order].astype(np.int64), start)
     mixed = np.flatnonzero((n_prompt != 0) & (n_prompt != cells))
     if len(mixed):
         i = int(mixed[0])
@@ -269,36 +314,7 @@ def tokens_from_records(
             row=row,
             field=columns.prefill,
         )
-    tok_prompt = n_prompt > 0
-
-    R = len(req_names)
-    union = union_buffer(R, L, N, src)
-    pf = np.flatnonzero(prefill)
-    if len(pf):
-        union[np.repeat(req_codes[pf], k), np.repeat(layer[pf], k), experts[pf].ravel()] = True
-
-    def routes_of(sel: np.ndarray) -> np.ndarray:
-        # Records of a complete token are a run of L in `order`, layers 0..L-1 ascending.
-        rows = (start[sel][:, None] + np.arange(L)[None, :]).ravel()
-        return experts[order[rows]].reshape(len(sel), L, k)
-
-    def missing_layer(i: int) -> int:
-        present = l_s[start[i] : start[i] + cells[i]]
-        return int(np.setdiff1d(np.arange(L), present)[0])
-
-    tt = TokenTable(
-        req=r_s[start],
-        req_names=req_names,
-        idx=t_s[start],
-        prompt=tok_prompt,
-        token_id=token_id[order[start]] if token_id is not None else None,
-        cells=cells,
-        rows=np.minimum.reduceat(order, start),
-        routes_of=routes_of,
-        missing_layer=missing_layer,
-        prefill_union=union,
-    )
-    return tt, L, N, k
+    return n_prompt > 0
 
 
 def _experts(

@@ -21,18 +21,16 @@ Layout (``docs/trace-format.md`` has the full description):
 
 Reading is columnar: list and binary columns are turned into flat numpy
 arrays from their arrow buffers, and routes are decoded level by level
-(nodes) and position by position across all requests at once (roots).
+(nodes) and position by position across all requests at once (roots;
+:mod:`simmoe.trace.route_columns`).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import json
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +40,7 @@ import pyarrow.parquet as pq
 from simmoe.atomicio import write_atomic
 from simmoe.errors import TraceError
 from simmoe.trace import route_codec
+from simmoe.trace.route_columns import decode_nodes, decode_roots
 from simmoe.trace.schema import (
     READ_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
@@ -56,8 +55,6 @@ METADATA_KEY = b"simmoe"
 FORMAT_NAME = "simmoe-trace"
 ROUTE_CODEC = "reference-delta-gap-1"
 ZSTD_LEVEL = 3  # level 3 compresses these columns as well as 9-19 and faster
-# Threads for decoding node routes (numpy releases the GIL in its loops).
-DECODE_THREADS = min(2, os.cpu_count() or 1)
 
 # Required scalar, list and binary columns and their arrow value types.
 SCALAR_COLUMNS = {"pos_request": pa.int32(), "pos_index": pa.int32(), "root_token": pa.int32()}
@@ -198,7 +195,7 @@ def content_digest(header: dict, trace: Trace) -> str:
     for name, a in _digest_arrays(trace):
         a = np.ascontiguousarray(a)
         h.update(f"|{name}:{a.dtype.str}:{a.shape}|".encode())
-        h.update(a.view(np.uint8) if a.dtype == bool else a)
+        h.update((a.view(np.uint8) if a.dtype == bool else a).data)   # the buffer, no copy
     return h.hexdigest()
 
 
@@ -254,38 +251,8 @@ def read_trace(path, *, validate: bool = True) -> Trace:
         raise TraceError(f"not a parquet file ({_one_line(exc)})", path=spath) from None
     header = _read_header(schema, spath)
     meta = header["meta"]
-    try:
-        geometry = ModelGeometry.from_dict(meta["geometry"])
-    except KeyError as exc:
-        raise TraceError(f"bad model geometry: no {exc}", path=spath, field="meta.geometry") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry: {exc}", path=spath, field="meta.geometry") from None
-    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
-        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
-                         path=spath, field="meta.geometry")
-    if geometry.num_experts > 65536:
-        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
-                         path=spath, field="meta.geometry")
-    if header.get("route_dtype", geometry.route_dtype.name) != geometry.route_dtype.name:
-        raise TraceError(f"route dtype {header.get('route_dtype')!r} does not fit {geometry.num_experts} "
-                         f"experts (expected {geometry.route_dtype.name!r})", path=spath, field="route_dtype")
-    if (problem := geometry.layer_problem()) is not None:
-        raise TraceError(problem, path=spath, field="meta.geometry")
-    _check_column_types(schema, spath)
-    try:
-        table = pfile.read()
-        table.validate(full=True)   # offsets within their buffers, before numpy views them
-    except Exception as exc:
-        raise TraceError(f"unreadable parquet data ({_one_line(exc)})", path=spath) from None
-    for name in table.column_names:
-        col = table.column(name)
-        if col.null_count:
-            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-            raise TraceError("missing value", path=spath, row=row, field=name)
-        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-            _check_no_null_elements(col, name, spath)
-
-    P = table.num_rows
+    geometry = _header_geometry(header, spath)
+    table = _read_table(pfile, schema, spath)
     pos_request = _scalar(table, "pos_request")
     pos_index = _scalar(table, "pos_index")
     root_token = _scalar(table, "root_token")
@@ -295,18 +262,9 @@ def read_trace(path, *, validate: bool = True) -> Trace:
     node_ptr, node = _node_lists(table, spath)
     check_pool_structure(node_ptr, node["node_parent"], node["node_level"], path=spath)
 
-    draft_time = None
-    if DRAFT_TIME_COLUMN in table.column_names:
-        dt_ptr, dt_values = _list_column(table.column(DRAFT_TIME_COLUMN))
-        width = np.diff(dt_ptr)
-        if P and np.any(width != width[0]):
-            row = int(np.flatnonzero(width != width[0])[0])
-            raise TraceError(f"{int(width[row])} levels, expected {int(width[0])} like row 0",
-                             path=spath, row=row, field=DRAFT_TIME_COLUMN)
-        draft_time = dt_values.reshape(P, int(width[0]) if P else 0)
-
-    root_routes = _decode_roots(table, pos_request, geometry, spath)
-    node_routes = _decode_nodes(table, node_ptr, node["node_parent"], node["node_level"],
+    draft_time = _draft_time(table, spath)
+    root_routes = decode_roots(table, pos_request, geometry, spath)
+    node_routes = decode_nodes(table, node_ptr, node["node_parent"], node["node_level"],
                                 root_routes, geometry, spath)
     trace = Trace(
         meta=meta, requests=requests,
@@ -324,6 +282,60 @@ def read_trace(path, *, validate: bool = True) -> Trace:
     if validate:
         validate_trace(trace, path=spath)
     return trace
+
+
+def _header_geometry(header: dict, path: str) -> ModelGeometry:
+    """The model geometry of ``meta``, checked as far as decoding the routes depends on it."""
+    try:
+        geometry = ModelGeometry.from_dict(header["meta"]["geometry"])
+    except KeyError as exc:
+        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
+    if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
+        raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
+                         path=path, field="meta.geometry")
+    if geometry.num_experts > 65536:
+        raise TraceError(f"{geometry.num_experts} experts: at most 65536 are supported",
+                         path=path, field="meta.geometry")
+    if header.get("route_dtype", geometry.route_dtype.name) != geometry.route_dtype.name:
+        raise TraceError(f"route dtype {header.get('route_dtype')!r} does not fit {geometry.num_experts} "
+                         f"experts (expected {geometry.route_dtype.name!r})", path=path, field="route_dtype")
+    if (problem := geometry.layer_problem()) is not None:
+        raise TraceError(problem, path=path, field="meta.geometry")
+    return geometry
+
+
+def _read_table(pfile: pq.ParquetFile, schema: pa.Schema, path: str) -> pa.Table:
+    """The whole table, once its column types are right, its buffers valid and no value missing."""
+    _check_column_types(schema, path)
+    try:
+        table = pfile.read()
+        table.validate(full=True)   # offsets within their buffers, before numpy views them
+    except Exception as exc:
+        raise TraceError(f"unreadable parquet data ({_one_line(exc)})", path=path) from None
+    for name in table.column_names:
+        col = table.column(name)
+        if col.null_count:
+            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise TraceError("missing value", path=path, row=row, field=name)
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            _check_no_null_elements(col, name, path)
+    return table
+
+
+def _draft_time(table: pa.Table, path: str) -> np.ndarray | None:
+    """The optional ``draft_time_ms`` column as ``[P, depth]`` (one width for every row)."""
+    if DRAFT_TIME_COLUMN not in table.column_names:
+        return None
+    P = table.num_rows
+    dt_ptr, dt_values = _list_column(table.column(DRAFT_TIME_COLUMN))
+    width = np.diff(dt_ptr)
+    if P and np.any(width != width[0]):
+        row = int(np.flatnonzero(width != width[0])[0])
+        raise TraceError(f"{int(width[row])} levels, expected {int(width[0])} like row 0",
+                         path=path, row=row, field=DRAFT_TIME_COLUMN)
+    return dt_values.reshape(P, int(width[0]) if P else 0)
 
 
 def _read_header(schema: pa.Schema, path: str) -> dict:
@@ -431,28 +443,13 @@ def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(ptrs), np.concatenate(values)
 
 
-def _binary_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets int64 [rows + 1], flat uint8 data) of a binary column, chunks concatenated."""
-    ptrs, datas, base = [np.zeros(1, dtype=np.int64)], [], 0
-    for chunk in col.chunks:
-        large = pa.types.is_large_binary(chunk.type)
-        _, obuf, dbuf = chunk.buffers()
-        off = np.frombuffer(obuf, dtype=np.int64 if large else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-        off = off.astype(np.int64)
-        data = np.frombuffer(dbuf, dtype=np.uint8) if dbuf is not None else np.zeros(0, np.uint8)
-        datas.append(data[off[0]:off[-1]])
-        ptrs.append(off[1:] - off[0] + base)
-        base += int(off[-1] - off[0])
-    if len(datas) == 1:  # the usual case: no copy
-        return np.concatenate(ptrs), datas[0]
-    return np.concatenate(ptrs), (np.concatenate(datas) if datas else np.zeros(0, np.uint8))
-
-
 def _node_lists(table: pa.Table, path: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    node_ptr, out = None, {}
-    for name in [*NODE_COLUMNS, *[c for c in OPTIONAL_NODE_COLUMNS if c in table.column_names]]:
+    names = [*NODE_COLUMNS, *[c for c in OPTIONAL_NODE_COLUMNS if c in table.column_names]]
+    node_ptr: np.ndarray = np.zeros(0, np.int64)   # every column's offsets: those of the first
+    out: dict[str, np.ndarray] = {}
+    for i, name in enumerate(names):
         ptr, values = _list_column(table.column(name))
-        if node_ptr is None:
+        if i == 0:
             node_ptr = ptr
         elif not np.array_equal(ptr, node_ptr):
             row = int(np.flatnonzero(np.diff(ptr) != np.diff(node_ptr))[0])
@@ -460,126 +457,6 @@ def _node_lists(table: pa.Table, path: str) -> tuple[np.ndarray, dict[str, np.nd
                              f"{int(node_ptr[row + 1] - node_ptr[row])}", path=path, row=row, field=name)
         out[name] = values.astype(NODE_COLUMNS.get(name, pa.float32()).to_pandas_dtype(), copy=False)
     return node_ptr, out
-
-
-def _route_parts(table: pa.Table, who: str, cells_per_row: np.ndarray, geometry: ModelGeometry,
-                 path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Keep and place masks per cell and the new-slot gaps, after shape checks.
-
-    Word path (:func:`route_codec.word_path`): masks as one lane-mask byte
-    per cell; otherwise ``bool [cells, k]``.
-    """
-    k, L = geometry.top_k, geometry.num_layers
-    field = f"{who}_routes"
-    codes = []
-    for part, width in (("keep", route_codec.mask_bytes(k)), ("place", route_codec.place_bytes(k))):
-        ptr, data = _binary_column(table.column(f"{field}_{part}"))
-        lengths = np.diff(ptr)
-        bad = np.flatnonzero(lengths != cells_per_row * width)
-        if len(bad):
-            row = int(bad[0])
-            raise TraceError(f"{int(lengths[row])} bytes, expected {int(cells_per_row[row] * width)} "
-                             f"({int(cells_per_row[row] // L)} route rows x {L} layers x {width} B): "
-                             f"route array of the wrong shape", path=path, row=row, field=f"{field}_{part}")
-        codes.append(data.reshape(-1, width))
-    if route_codec.word_path(k, geometry.route_dtype):
-        keep = codes[0][:, 0]
-        place, bad = route_codec.place_lanes(keep, codes[1][:, 0])
-    else:
-        keep, place, bad = route_codec.unpack_masks(codes[0], codes[1], k)
-    if bad.any():
-        row = _row_of_cell(int(np.flatnonzero(bad)[0]), cells_per_row)
-        raise TraceError("inconsistent keep/place codes (bits beyond top-k, or a place code that does not "
-                         "match the number of kept experts)", path=path, row=row, field=f"{field}_place")
-    ptr, data = _binary_column(table.column(f"{field}_new"))
-    itemsize = geometry.route_dtype.itemsize
-    kept_per_row = np.zeros(len(cells_per_row), dtype=np.int64)
-    nonempty = np.flatnonzero(cells_per_row > 0)
-    if len(nonempty):
-        cell_start = np.cumsum(cells_per_row) - cells_per_row
-        kept_per_row[nonempty] = np.add.reduceat(route_codec.kept_counts(codes[0]), cell_start[nonempty],
-                                                 dtype=np.int64)
-    want = (cells_per_row * k - kept_per_row) * itemsize
-    lengths = np.diff(ptr)
-    bad = np.flatnonzero(lengths != want)
-    if len(bad):
-        row = int(bad[0])
-        raise TraceError(f"{int(lengths[row])} bytes of new expert ids, the masks call for {int(want[row])}: "
-                         f"route array of the wrong shape", path=path, row=row, field=f"{field}_new")
-    new_gaps = data.view(geometry.route_dtype) if itemsize > 1 else data
-    return keep, place, new_gaps
-
-
-def _row_of_cell(cell: int, cells_per_row: np.ndarray) -> int:
-    return int(np.searchsorted(np.cumsum(cells_per_row), cell, side="right"))
-
-
-def _batches(key: np.ndarray, first: int):
-    """Row indices grouped by ``key`` value, for values ``first .. max`` in increasing order."""
-    order = np.argsort(key, kind="stable")
-    bounds = np.searchsorted(key[order], np.arange(first, int(key.max(initial=first - 1)) + 2))
-    for b in range(len(bounds) - 1):
-        yield order[bounds[b]:bounds[b + 1]]
-
-
-def _decode_roots(table: pa.Table, pos_request: np.ndarray, geometry: ModelGeometry, path: str) -> np.ndarray:
-    P, L, k = len(pos_request), geometry.num_layers, geometry.top_k
-    keep, place, gaps = _route_parts(table, "root", np.full(P, L, dtype=np.int64), geometry, path)
-    words = route_codec.word_path(k, geometry.route_dtype)
-    keep, place = ((keep.reshape(P, L), place.reshape(P, L)) if words
-                   else (keep.reshape(P, L, k), place.reshape(P, L, k)))
-    # A root's reference is the previous row when that row belongs to the same request.
-    same = np.zeros(P, dtype=bool)
-    same[1:] = pos_request[1:] == pos_request[:-1]
-    first = np.flatnonzero(~same)
-    has_keep = keep[first].reshape(len(first), -1).any(axis=1) if P else np.zeros(0, dtype=bool)
-    if has_keep.any():
-        raise TraceError("the first position of a request keeps experts of a reference it does not have",
-                         path=path, row=int(first[np.flatnonzero(has_keep)[0]]), field="root_routes_keep")
-    # Rank of each row within its run of same-request rows; decode rank by rank, all requests at once.
-    rank = np.arange(P) - np.maximum.accumulate(np.where(same, 0, np.arange(P)))
-    if words:
-        routes = route_codec.new_words(place.reshape(-1), gaps).reshape(P, L)
-        route_codec.ungap_words(routes, first, place)
-        for rows in _batches(rank, 1):
-            route_codec.resolve_words(routes, rows, lambda r: routes[r - 1], keep, place)
-        return routes.view(np.uint8).reshape(P, L, k)
-    routes = np.empty((P, L, k), dtype=geometry.route_dtype)
-    route_codec.fill_new(place, gaps, routes)
-    route_codec.resolve_unreferenced(routes, first, place)
-    for rows in _batches(rank, 1):
-        route_codec.resolve(routes, rows, routes[rows - 1], keep, place)
-    return routes
-
-
-@contextlib.contextmanager
-def _no_pool():
-    yield None
-
-
-def _decode_nodes(table: pa.Table, node_ptr: np.ndarray, parent: np.ndarray, level: np.ndarray,
-                  root_routes: np.ndarray, geometry: ModelGeometry, path: str) -> np.ndarray:
-    P, M = len(node_ptr) - 1, int(node_ptr[-1])
-    L, k = geometry.num_layers, geometry.top_k
-    keep, place, gaps = _route_parts(table, "node", np.diff(node_ptr) * L, geometry, path)
-    node_pos = np.repeat(np.arange(P, dtype=np.int64), np.diff(node_ptr))
-    global_parent = node_ptr[node_pos] + parent.astype(np.int64)
-    if route_codec.word_path(k, geometry.route_dtype):
-        keep, place = keep.reshape(M, L), place.reshape(M, L)
-        root_words = root_routes.view(np.uint64).reshape(P, L)
-        with ThreadPoolExecutor(max_workers=DECODE_THREADS) if DECODE_THREADS > 1 else _no_pool() as pool:
-            routes = route_codec.new_words(place.reshape(-1), gaps, pool).reshape(M, L)
-            for d, rows in enumerate(_batches(level, 1)):
-                ref = (lambda r: root_words[node_pos[r]]) if d == 0 else (lambda r: routes[global_parent[r]])
-                route_codec.resolve_words(routes, rows, ref, keep, place, pool)
-        return routes.view(np.uint8).reshape(M, L, k)
-    keep, place = keep.reshape(M, L, k), place.reshape(M, L, k)
-    routes = np.empty((M, L, k), dtype=geometry.route_dtype)
-    route_codec.fill_new(place, gaps, routes)
-    for d, rows in enumerate(_batches(level, 1)):
-        ref = root_routes[node_pos[rows]] if d == 0 else routes[global_parent[rows]]
-        route_codec.resolve(routes, rows, ref, keep, place)
-    return routes
 
 
 def _int_list(d: dict, key: str, path: str) -> np.ndarray:

@@ -171,7 +171,7 @@ def _ungap(sub: np.ndarray, placed: np.ndarray) -> None:
 
 
 def _ascending(routes: np.ndarray) -> np.ndarray:
-    return (routes[..., 1:] > routes[..., :-1]).all(axis=-1)
+    return np.all(routes[..., 1:] > routes[..., :-1], axis=-1)
 
 
 # ---------------------------------------------------------------------------

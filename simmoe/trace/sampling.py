@@ -27,7 +27,7 @@ rejecting a set R of siblings is p(·)/(1 − Σ_R p), so the rule needs the
 children's p only — no mass of tokens outside the pool.  That rule picks
 child c with probability exactly p(c) whatever S and the order of trying:
 it is the same as drawing y ~ p(· | path) once and accepting y when it is a
-verified child (:mod:`simmoe.replay.sampling`).  Drawing y by the inverse
+verified child (:mod:`simmoe.trace.verdicts`).  Drawing y by the inverse
 CDF in vocabulary order with a uniform keyed by (seed, request, output
 position) needs, per node, exactly the interval above; with the recording's
 seed those draws reproduce the recorded text (``hwprobe`` samples it so).
@@ -39,10 +39,13 @@ greedy-only: it replays at temperature 0 only (:func:`check_replay_temperature`)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
 from simmoe.errors import SimmoeError, TraceError
+from simmoe.trace.node_index import node_in_pool, row_of_node
 
 SAMPLING_KEY = "sampling"
 TEXT_KINDS = ("sampled", "greedy")
@@ -93,8 +96,9 @@ def check_replay_temperature(trace, temperature: float, path=None) -> None:
                           "generate it with `simmoe synth --temperature T`")
     have = float(s["temperature"])
     if abs(have - t) > 1e-9 * max(1.0, have):
+        greedy_text = s.get("text") != "sampled"     # a sampled text replays at its own temperature only
         raise SimmoeError(f"{where}target distributions were recorded at temperature {have:g}; "
-                          f"replay it at --temperature {have:g} or 0")
+                          f"replay it at --temperature {have:g}" + (" or 0" if greedy_text else ""))
 
 
 def check_sampling(trace, path=None) -> None:
@@ -107,9 +111,7 @@ def check_sampling(trace, path=None) -> None:
     token order, or whose p sum past 1; a node that agrees with the target's
     greedy choice but has a smaller p than a sibling.  O(M log M).
     """
-    from simmoe.trace.validate import _node_in_pool, _row_of_node
-
-    path = None if path is None else str(path)
+    where = None if path is None else str(path)
     meta = sampling_meta(trace)
     tp, cdf = trace.node_target_prob, getattr(trace, "node_target_cdf", None)
     node_ptr = np.asarray(trace.node_ptr, dtype=np.int64)
@@ -117,8 +119,19 @@ def check_sampling(trace, path=None) -> None:
     if meta is None:
         if cdf is not None:
             raise TraceError("target CDF recorded but meta.sampling (the temperature) is missing",
-                             path=path, field="node_target_cdf")
+                             path=where, field="node_target_cdf")
         return
+    temp = _check_sampling_meta(meta, where)
+    p, c = _target_columns(tp, cdf, temp, M, where)
+    fail = _NodeFailure(node_ptr, where)
+    _check_intervals(p, c, fail)
+    if M == 0:
+        return
+    _check_siblings(trace, node_ptr, p, c, fail)
+
+
+def _check_sampling_meta(meta: object, path: str | None) -> float:
+    """The temperature of a well-formed ``meta["sampling"]``, else ``TraceError``."""
     if not isinstance(meta, dict):
         raise TraceError(f"must be an object, got {meta!r}", path=path, field="meta.sampling")
     unknown = sorted(set(meta) - {"temperature", "seed", "text"})
@@ -135,6 +148,12 @@ def check_sampling(trace, path=None) -> None:
     if meta.get("text") not in TEXT_KINDS:
         raise TraceError(f"text {meta.get('text')!r} is not one of {', '.join(TEXT_KINDS)}", path=path,
                          field="meta.sampling.text")
+    return float(temp)
+
+
+def _target_columns(tp: object, cdf: object, temp: float, M: int,
+                    path: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """``node_target_prob`` and ``node_target_cdf`` as float64, once both are float arrays of length M."""
     for name, a in (("node_target_prob", tp), ("node_target_cdf", cdf)):
         if a is None:
             raise TraceError(f"meta.sampling gives temperature {temp:g} but the column is missing",
@@ -143,25 +162,41 @@ def check_sampling(trace, path=None) -> None:
             shape = getattr(a, "shape", None)
             raise TraceError(f"has shape {shape} / dtype {getattr(a, 'dtype', None)}, expected float ({M},)",
                              path=path, field=name)
-    p = np.asarray(tp, dtype=np.float64)
-    c = np.asarray(cdf, dtype=np.float64)
+    return np.asarray(tp, dtype=np.float64), np.asarray(cdf, dtype=np.float64)
 
-    def fail(mask, message, field):
+
+class _NodeFailure:
+    """Raise the ``TraceError`` of the first node a mask marks, naming its row and pool index."""
+
+    def __init__(self, node_ptr: np.ndarray, path: str | None):
+        self.node_ptr, self.path = node_ptr, path
+
+    def __call__(self, mask: np.ndarray, message: Callable[[int], str], field: str) -> NoReturn:
         m = int(np.flatnonzero(mask)[0])
-        raise TraceError(f"node {_node_in_pool(m, node_ptr)}: {message(m)}", path=path,
-                         row=_row_of_node(m, node_ptr), field=field)
+        raise TraceError(f"node {node_in_pool(m, self.node_ptr)}: {message(m)}", path=self.path,
+                         row=row_of_node(m, self.node_ptr), field=field)
 
+
+def _outside_unit(a: np.ndarray) -> Callable[[int], str]:
+    return lambda m: f"probability {a[m]!r} outside [0, 1]"
+
+
+def _check_intervals(p: np.ndarray, c: np.ndarray, fail: _NodeFailure) -> None:
+    """Each p and cdf in [0, 1] (NaN fails), and each interval [cdf, cdf + p) inside [0, 1]."""
     for name, a in (("node_target_prob", p), ("node_target_cdf", c)):
         bad = ~((a >= 0) & (a <= 1))
         if bad.any():
-            fail(bad, lambda m, a=a: f"probability {a[m]!r} outside [0, 1]", name)
+            fail(bad, _outside_unit(a), name)
     bad = c + p > 1 + PROB_TOL
     if bad.any():
         fail(bad, lambda m: f"interval [cdf, cdf + p) = [{c[m]:.7g}, {c[m] + p[m]:.7g}) reaches past 1",
              "node_target_cdf")
-    if M == 0:
-        return
-    # siblings: nodes of one pool with one parent, in token order
+
+
+def _check_siblings(trace, node_ptr: np.ndarray, p: np.ndarray, c: np.ndarray, fail: _NodeFailure) -> None:
+    """Siblings (nodes of one pool with one parent): distinct tokens whose intervals follow
+    token order without overlap, p summing to at most 1, the greedy-agreeing node a largest p."""
+    M = len(p)
     node_pos = np.repeat(np.arange(len(node_ptr) - 1), np.diff(node_ptr))
     group = node_ptr[node_pos] + np.asarray(trace.node_parent, dtype=np.int64)  # parent's flat id (root: ptr-1)
     group = group * 2 + (np.asarray(trace.node_parent) < 0)                     # keep roots apart

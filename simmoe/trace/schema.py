@@ -217,5 +217,10 @@ class Trace:
         """Node rows of the pool at position row ``i``."""
         return slice(int(self.node_ptr[i]), int(self.node_ptr[i + 1]))
 
+    def prefill_demand(self, r: int) -> np.ndarray:
+        """Request ``r``'s prefill demand: the expert union of its prompt, bool [L, N]."""
+        g = self.geometry
+        return np.asarray(self.requests.prefill_union[r], dtype=bool).reshape(g.num_layers, g.num_experts)
+
     def pool_size(self, i: int) -> int:
         return int(self.node_ptr[i + 1] - self.node_ptr[i])

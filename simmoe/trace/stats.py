@@ -321,11 +321,11 @@ def union_vs_window(trace: Trace, max_window: int = WINDOW_SIZES) -> dict[str, A
                     acc[:n] |= bm[w - 1:w - 1 + n]
                 totals[w - 1] += _popcount(acc[:n]).sum()
                 windows[w - 1] += n
-    w = np.arange(1, max_window + 1)
+    widths = np.arange(1, max_window + 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = totals / (windows * L)
-    return {"window": w.tolist(), "mean_union": mean.tolist(), "windows": windows.tolist(),
-            "independent": independent_union(N, k, w).tolist()}
+    return {"window": widths.tolist(), "mean_union": mean.tolist(), "windows": windows.tolist(),
+            "independent": independent_union(N, k, widths).tolist()}
 
 
 def independent_union(N: int, k: int, t) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from simmoe.errors import TraceError
+from simmoe.trace.node_index import node_in_pool, row_of_node
 from simmoe.trace.sampling import check_sampling
 from simmoe.trace.schema import (
     HWPROBE,
@@ -47,8 +48,8 @@ def validate_trace(trace: Trace, path=None) -> None:
                          field="root_token")
     if (trace.node_token < 0).any():
         m = int(np.flatnonzero(trace.node_token < 0)[0])
-        raise TraceError(f"node {_node_in_pool(m, node_ptr)}: negative token id", path=path,
-                         row=_row_of_node(m, node_ptr), field="node_token")
+        raise TraceError(f"node {node_in_pool(m, node_ptr)}: negative token id", path=path,
+                         row=row_of_node(m, node_ptr), field="node_token")
 
 
 # ------------------------------------------------------------------ meta ---
@@ -132,8 +133,8 @@ def _check_arrays(trace: Trace, geometry: ModelGeometry, shape: PoolShape, path)
         bad = ~((tp >= 0) & (tp <= 1))
         if bad.any():
             m = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"node {_node_in_pool(m, ptr)}: probability {tp[m]!r} outside [0, 1]",
-                             path=path, row=_row_of_node(m, ptr), field="node_target_prob")
+            raise TraceError(f"node {node_in_pool(m, ptr)}: probability {tp[m]!r} outside [0, 1]",
+                             path=path, row=row_of_node(m, ptr), field="node_target_prob")
     if trace.draft_time_ms is not None:
         dt = need("draft_time_ms", "f", 2, P, (shape.depth,))
         if (dt < 0).any():
@@ -235,10 +236,10 @@ def check_rows(requests, pos_request: np.ndarray, pos_index: np.ndarray, path=No
     if np.any(counts != out_len):
         r = int(np.flatnonzero(counts != out_len)[0])
         rid = requests.request_id[r]
-        row = int(np.searchsorted(req, r)) if counts[r] else None
+        first = int(np.searchsorted(req, r)) if counts[r] else None
         raise TraceError(f"request {rid!r} has {counts[r]} positions but output_len {out_len[r]}"
                          f"{' (positions missing at the end)' if counts[r] < out_len[r] else ''}",
-                         path=path, row=row, field="requests.output_len")
+                         path=path, row=first, field="requests.output_len")
 
 
 # ------------------------------------------------------------------ pools ---
@@ -287,8 +288,8 @@ def _check_pool_limits(node_ptr, node_level, shape: PoolShape, path) -> None:
                          path=path, row=row, field="node_parent")
     if len(node_level) and node_level.max() > shape.depth:
         m = int(np.flatnonzero(node_level > shape.depth)[0])
-        raise TraceError(f"node {_node_in_pool(m, node_ptr)}: level {node_level[m]} deeper than "
-                         f"pool_shape.depth {shape.depth}", path=path, row=_row_of_node(m, node_ptr),
+        raise TraceError(f"node {node_in_pool(m, node_ptr)}: level {node_level[m]} deeper than "
+                         f"pool_shape.depth {shape.depth}", path=path, row=row_of_node(m, node_ptr),
                          field="node_level")
 
 
@@ -299,8 +300,8 @@ def _check_probabilities(trace: Trace, node_ptr, path) -> None:
         bad = ~((a >= 0) & (a <= 1))  # also catches NaN
         if bad.any():
             m = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"node {_node_in_pool(m, node_ptr)}: probability {a[m]!r} outside [0, 1]",
-                             path=path, row=_row_of_node(m, node_ptr), field=name)
+            raise TraceError(f"node {node_in_pool(m, node_ptr)}: probability {a[m]!r} outside [0, 1]",
+                             path=path, row=row_of_node(m, node_ptr), field=name)
     if not len(q):
         return
     node_pos = np.repeat(np.arange(len(node_ptr) - 1), np.diff(node_ptr))
@@ -310,7 +311,7 @@ def _check_probabilities(trace: Trace, node_ptr, path) -> None:
     bad = np.abs(p - want) > PATH_PROB_ATOL + PATH_PROB_RTOL * want
     if bad.any():
         m = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"node {_node_in_pool(m, node_ptr)}: path probability {p[m]:.7g} is not "
+        raise TraceError(f"node {node_in_pool(m, node_ptr)}: path probability {p[m]:.7g} is not "
                          f"q x parent's p = {q[m]:.7g} x {parent_p[m]:.7g} = {want[m]:.7g}",
                          path=path, row=int(node_pos[m]), field="node_p")
 
@@ -335,7 +336,7 @@ def check_routes(routes: np.ndarray, geometry: ModelGeometry, field: str, path=N
         _route_error(int(np.flatnonzero(bad)[0]), routes, f"expert id outside [0, {N})", field, path, node_ptr,
                      lambda r: (r < 0) | (r >= N))
     if routes.shape[-1] > 1:
-        bad = ~(routes[..., 1:] > routes[..., :-1]).all(axis=2)
+        bad = ~np.all(routes[..., 1:] > routes[..., :-1], axis=2)
         if bad.any():
             i = int(np.flatnonzero(bad.any(axis=1))[0])
             layer = int(np.flatnonzero(bad[i])[0])
@@ -377,13 +378,5 @@ def _route_error(i, routes, message, field, path, node_ptr, where=None):
         message = f"layer {layer}: {message}: {routes[i, layer].tolist()}"
     if node_ptr is None:
         raise TraceError(message, path=path, row=i, field=field)
-    raise TraceError(f"node {_node_in_pool(i, node_ptr)}, {message}", path=path,
-                     row=_row_of_node(i, node_ptr), field=field)
-
-
-def _row_of_node(m: int, node_ptr: np.ndarray) -> int:
-    return int(np.searchsorted(node_ptr, m, side="right") - 1)
-
-
-def _node_in_pool(m: int, node_ptr: np.ndarray) -> int:
-    return int(m - node_ptr[_row_of_node(m, node_ptr)])
+    raise TraceError(f"node {node_in_pool(i, node_ptr)}, {message}", path=path,
+                     row=row_of_node(i, node_ptr), field=field)

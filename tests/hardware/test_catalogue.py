@@ -172,3 +172,94 @@ def test_ling_flash_geometry_gives_the_checkpoints_exact_parameter_count():
     norms = m.decoder_layers * (2 * m.hidden_size + 2 * m.head_dim) + m.hidden_size
     assert m.total_params + norms == 102_889_697_280
     assert len(m.moe_layers) * m.num_experts == 7_936      # its F32 tensors: one router bias per expert
+
+
+def test_deepseek_v3_keeps_embedding_head_and_router_in_bf16():
+    """FP8 (1 B) linear layers, BF16 (2 B) embedding, LM head and router: written out weight by weight."""
+    m = load_model("deepseek-v3")
+    h, heads, vocab = 7168, 128, 129280
+    mla = (h * 1536 + 1536 * heads * (128 + 64)                 # q_a, q_b
+           + h * (512 + 64) + 512 * heads * (128 + 128)         # kv_a (latent + RoPE key), kv_b
+           + heads * 128 * h)                                   # o
+    fp8 = 61 * mla + 3 * 3 * h * 18432 + 58 * 3 * h * 2048      # attention, 3 dense MLPs, 58 shared experts
+    bf16 = 58 * h * 256 + 2 * vocab * h                         # routers, embedding and LM head
+    assert m.dense_bytes == fp8 * 1 + bf16 * 2
+    assert m.dense_bytes / 1e9 == pytest.approx(19.08, abs=0.005)          # was 17.12 with everything at FP8
+    assert m.expert_bytes == 3 * h * 2048                                  # routed experts stay FP8
+
+
+def test_the_physical_model_reads_deepseek_v3s_bf16_head_and_routers():
+    from simmoe.hardware.physical import PhysicalModel
+
+    m = load_model("deepseek-v3")
+    phys = PhysicalModel(m, load_gpu("h200"))
+    assert phys.head_bytes == 129280 * 7168 * 2
+    assert phys.w_bytes.sum() + 2 * phys.head_bytes == pytest.approx(m.dense_bytes)
+    assert phys.w_bytes[3] - phys.w_bytes[4] == 0     # MoE layers alike; the router is in every one of them
+    assert phys.w_bytes[3] - (phys.w_bytes[0] - 3 * 7168 * 18432) == 7168 * 2048 * 3 + 7168 * 256 * 2
+
+
+# activated parameters as the model cards state them, and what each card counts
+CARD_ACTIVE = {"qwen3-30b-a3b": (3.3, "all"), "qwen3-235b-a22b": (22.0, "all"), "ling-flash-2.0": (6.1, "all"),
+               "mixtral-8x7b": (12.9, "all"), "olmoe-1b-7b": (1.3, "all"), "qwen1.5-moe-a2.7b": (2.7, "all"),
+               "deepseek-v2-lite": (2.4, "no-input-embedding"), "deepseek-v3": (36.7, "no-input-embedding"),
+               "gpt-oss-20b": (3.61, "no-input-embedding"), "gpt-oss-120b": (5.13, "no-input-embedding")}
+
+
+def _unit(x: float) -> float:
+    """One unit of the last digit a card's figure is written with (3.61 -> 0.01, 22.0 -> 1)."""
+    text = f"{x:g}"
+    return 10.0 ** -len(text.split(".")[1]) if "." in text else 1.0
+
+
+@pytest.mark.parametrize("key", sorted(CARD_ACTIVE))
+def test_active_parameters_are_counted_as_each_card_counts(key):
+    m = load_model(key)
+    card, counts = CARD_ACTIVE[key]
+    assert (m.card_active_params_b, m.card_active_counts) == (card, counts)
+    assert abs(m.active_params_as_card / 1e9 - card) < _unit(card)   # cards round or cut off the last digit
+    if counts == "no-input-embedding":   # the other convention would miss the card: that is why it is stated
+        assert abs(m.active_params / 1e9 - card) > _unit(card)
+        assert m.active_params - m.active_params_as_card == m.vocab_size * m.hidden_size
+
+
+@pytest.mark.parametrize("key, layers, experts", [("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128)])
+def test_gpt_oss_active_parameters_by_hand(key, layers, experts):
+    """gpt-oss model card, Table 1: 3.61B and 5.13B active: 4 biased experts, attention, router and the LM head."""
+    h, vocab = 2880, 201088
+    expert = 3 * h * h + 2 * h + h                  # gate+up (with biases) and down (with bias)
+    attention = h * 64 * 64 + 2 * h * 8 * 64 + 64 * 64 * h
+    active = layers * (4 * expert + attention + h * experts) + vocab * h
+    assert load_model(key).active_params_as_card == active
+    assert load_model(key).derived()["active_params_b"] == {"gpt-oss-20b": 3.61, "gpt-oss-120b": 5.13}[key]
+
+
+@pytest.mark.parametrize("key, full_layers, kv", [("gpt-oss-20b", 12, 24_576), ("gpt-oss-120b", 18, 36_864)])
+def test_gpt_oss_kv_per_token_counts_only_the_full_attention_layers(key, full_layers, kv):
+    m = load_model(key)
+    per_layer = 2 * 8 * 64 * 2                       # K and V, 8 KV heads of 64, BF16
+    assert m.kv_bytes_per_token == full_layers * per_layer == kv
+    assert m.kv_window_bytes == full_layers * 128 * per_layer     # the other half holds 128 tokens at most
+    assert load_model("qwen3-30b-a3b").kv_window_bytes == 0
+
+
+def test_cli_table_marks_the_card_convention_and_the_window(capsys):
+    from simmoe.cli import main
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.strip().startswith("gpt-oss-20b"))
+    assert "3.61†" in row and " 24.6 " in row
+    assert "input embedding not" in out and "at most 3.1 MB per sequence" in out
+
+
+@pytest.mark.parametrize("edit, message", [
+    ('unquantized_dtype = "fp3"\n', "'unquantized_dtype' must be one of"),
+    ("card_active_params_b = -1\n", "'card_active_params_b' must be a number > 0"),
+    ('card_active_counts = "some"\n', "'card_active_counts' must be one of"),
+])
+def test_bad_card_fields_are_one_line_errors(tmp_path, edit, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(GOOD.replace("architecture", edit + "architecture", 1))
+    with pytest.raises(CatalogueError, match=message):
+        load_model(str(path))

@@ -12,11 +12,11 @@ from simmoe.hardware.catalogue import load_gpu, load_model
 from simmoe.hardware.physical import (
     Overheads,
     PhysicalModel,
-    build_profile,
     evict_cost_from_unions,
     load_settings,
     parse_spec,
 )
+from simmoe.hardware.profile import build_profile
 
 QWEN = load_model("qwen3-30b-a3b")
 A100 = load_gpu("a100-sxm4-80gb")
@@ -144,8 +144,8 @@ def test_fitted_settings_are_in_bounds_and_name_what_they_were_fitted_to():
 
 def test_vanilla_qa_is_reproduced_where_it_was_fitted():
     """step_ms + the one-token forward = 1000 / vanilla tok/s (unless the fit had to clip step_ms at 0)."""
-    from simmoe.hardware.physfit import vanilla_qa
-    from simmoe.report.published import PUBLISHED
+    from simmoe.fitting.physical_fit import vanilla_qa
+    from simmoe.published import PUBLISHED
 
     s = load_settings()["sglang-a100"]
     for key in ("qwen3-30b-a3b", "ling-flash-2.0", "qwen3-235b-a22b"):
@@ -164,8 +164,8 @@ def test_bad_overheads_are_refused():
 
 
 @pytest.mark.slow
-def test_physfit_reproduces_the_shipped_fit(tmp_path):
-    from simmoe.hardware.physfit import main
+def test_physical_fit_reproduces_the_shipped_fit(tmp_path):
+    from simmoe.fitting.physical_fit import main
     from simmoe.hardware.physical import FIT_FILE
 
     out = tmp_path / "fit.toml"
@@ -225,8 +225,8 @@ def test_a_missing_or_bad_what_if_fit_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound():
     """Table 4's slope needs more than the A100's peak at BF16; at FP8 width η lands inside its bounds."""
-    from simmoe.hardware.physfit import fit_ck
-    from simmoe.report.published import PUBLISHED
+    from simmoe.fitting.physical_fit import fit_ck
+    from simmoe.published import PUBLISHED
 
     bf16, fp8 = fit_ck(PUBLISHED, lambda s: None), fit_ck(PUBLISHED, lambda s: None, "fp8")
     assert bf16["at_bound"] and not fp8["at_bound"]
@@ -235,3 +235,95 @@ def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound():
     def worst(f):
         return max(abs(p / t - 1) for p, t in zip(f["predicted"], f["target"], strict=True))
     assert worst(fp8) < worst(bf16) / 2
+
+
+# --------------------------------------------------------------------------
+# the served speculative iteration: spec_iteration_ms
+# --------------------------------------------------------------------------
+def test_the_serving_term_is_charged_to_drafting_iterations_only():
+    t = 2.5
+    with_term, without = plain(spec_iteration_ms=t), plain()
+    assert with_term.draft_ms(0) == 0.0                       # vanilla decoding drafts nothing, pays nothing
+    for levels in (1, 4):
+        assert with_term.draft_ms(levels) == pytest.approx(without.draft_ms(levels) + t)
+        assert with_term.draft_ms(levels, 8) == pytest.approx(without.draft_ms(levels, 8) + t)   # once per step
+        assert with_term.draft_ms(levels, served=False) == without.draft_ms(levels)
+
+
+def test_evicts_ck_leaves_the_term_out_and_specfits_b_k_hold_it():
+    rng = np.random.default_rng(3)
+    unions = rng.integers(8, 60, size=(5, 9, 48)).astype(float)
+    ctx = rng.uniform(50, 900, size=5)
+    a = evict_cost_from_unions(plain(spec_iteration_ms=2.5), unions, 1 + np.arange(9), ctx, levels=4)
+    b = evict_cost_from_unions(plain(), unions, 1 + np.arange(9), ctx, levels=4)
+    assert np.array_equal(a, b)                                # EVICT selects with C(k) as Table 4 profiles it
+    bk_with, beta_with = plain(spec_iteration_ms=2.5, step_ms=3.0).cost_model(8, levels=4)
+    bk, beta = plain(step_ms=3.0).cost_model(8, levels=4)
+    assert np.allclose(np.subtract(bk_with, bk), 2.5) and beta_with == beta
+
+
+@pytest.fixture(scope="module")
+def qa_small():
+    from simmoe.fitting.physical_fit import qa_workload
+
+    return qa_workload(requests=2)
+
+
+def _replay(trace, name, term, selector, **config):
+    from simmoe.hardware.physical import profile_fields
+    from simmoe.hardware.profile import HardwareProfile, validate
+    from simmoe.replay.engine import ReplayConfig, replay
+
+    profile = validate(HardwareProfile(**profile_fields(name, overheads=Overheads(step_ms=3.0,
+                                                                                   spec_iteration_ms=term))))
+    cfg = ReplayConfig(selector=selector, hardware=name, selector_ms=0.0, seed=0,
+                       **({"slots": 0, "cache": "none"} | config))
+    return replay(trace, cfg, profile)
+
+
+@pytest.mark.parametrize("name, config", [("qwen3-30b-a3b@a100-sxm4-80gb", {}),
+                                          ("qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16", {"slots": 48, "cache": "lru"})])
+def test_a_replay_adds_the_term_once_per_speculative_iteration(qa_small, name, config):
+    """Resident (physical timer) and offloaded (event model's fixed drafting time): the same charge."""
+    t = 2.5
+    for selector in ("ar", "eagle3", "evict"):
+        a, b = _replay(qa_small, name, t, selector, **config), _replay(qa_small, name, 0.0, selector, **config)
+        drafts = np.asarray(a.cycles["drafted_levels"]) > 0
+        assert np.array_equal(a.cycles["draft_nodes"], b.cycles["draft_nodes"])   # EVICT's k unchanged
+        assert np.allclose(np.asarray(a.cycles["cycle_ms"]) - b.cycles["cycle_ms"], np.where(drafts, t, 0.0))
+        assert drafts.any() == (selector != "ar")
+
+
+def test_the_shipped_settings_carry_one_term_and_name_it():
+    from simmoe.hardware.physical import overheads_for
+
+    o, _ = overheads_for("sglang-a100", "qwen3-30b-a3b")
+    assert 0.5 < o.spec_iteration_ms < 10.0 and "Table 1's EAGLE-3" in o.source
+    for model in ("ling-flash-2.0", "qwen3-235b-a22b", "hunyuan-7b"):
+        other, _ = overheads_for("sglang-a100", model)
+        assert other.spec_iteration_ms == o.spec_iteration_ms and "as a prediction" in other.source
+    t1, _ = overheads_for("sglang-a100-t1", "qwen3-30b-a3b")
+    assert t1.spec_iteration_ms == o.spec_iteration_ms and "prediction at temperature 1" in t1.source
+    assert overheads_for("vllm-table6", "qwen3-30b-a3b")[0].spec_iteration_ms == 0.0
+    from simmoe.hardware.profile import profile_line
+
+    resident = build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
+    line = profile_line(resident)      # what simmoe replay prints under its table
+    assert f"+{o.spec_iteration_ms:.2f} ms serving time per speculative iteration" in line
+    assert f"spec_iteration_ms {o.spec_iteration_ms:.2f} ms" in resident.source   # simmoe report's profile lines
+    assert "serving time" not in profile_line(build_profile("qwen3-30b-a3b@h200~vllm-table6"))
+    off = build_profile("qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16")
+    assert off.draft_fixed_ms == o.spec_iteration_ms and "serving time" in profile_line(off)
+
+
+@pytest.mark.slow
+def test_the_shipped_term_gives_table1s_eagle3_qa_row():
+    """The one fitted speculative figure: EAGLE-3 on QA at temperature 0, 152.8 tokens/s (EVICT Table 1)."""
+    from simmoe.fitting.physical_fit import eagle3_qa, qa_workload, replay_eagle3
+    from simmoe.hardware.physical import overheads_for
+    from simmoe.published import PUBLISHED
+
+    o, _ = overheads_for("sglang-a100", "qwen3-30b-a3b")
+    s = replay_eagle3(qa_workload(), o).summary()
+    assert s["decode_tps"] == pytest.approx(eagle3_qa(PUBLISHED), rel=1e-3)
+    assert s["mat"] == pytest.approx(3.07, rel=0.02)            # with EAGLE-3's fitted Mat (Table 2: 3.07)

@@ -7,8 +7,8 @@ import pytest
 from simmoe.cli import main
 from simmoe.errors import ProfileError
 from simmoe.hardware.catalogue import load_gpu, load_model, load_models
-from simmoe.hardware.physical import build_profile, tp_problem, valid_tp
-from simmoe.hardware.profile import load_profile
+from simmoe.hardware.physical import tp_problem, valid_tp
+from simmoe.hardware.profile import build_profile, load_profile
 
 
 @pytest.mark.parametrize("name, fix", [

@@ -98,3 +98,72 @@ def test_calibrate_bad_arguments(tmp_path, prompts_file, capsys):
     err = capsys.readouterr().err
     assert ".toml" in err and "--boundaries" in err
     assert not (tmp_path / "x.toml").exists()
+
+
+def _rows(b, beta, noise=0.0, sizes=range(8), seed=3):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(6):
+        for k in sizes:
+            F = int(rng.integers(16, 120))
+            y = b[k] + beta * F + noise * rng.standard_normal()
+            rows.append(ProbeRow(f"q@{s}", "prefix", k, True, 0, F, y, 0, y, 0, 0, 0))
+    return rows
+
+
+def test_a_fit_that_cannot_identify_b_k_is_named():
+    from hwprobe.calibration import fit_problem
+
+    b = [5.0, 6.0, 6.5, 7.0, 7.2, 7.9, 8.0, 8.8]
+    assert fit_problem(fit_cost_model(_rows(b, 0.25), True), "with the cache") is None
+    missing = fit_cost_model(_rows(b, 0.25, sizes=range(5)), True, range(8))   # pools too small for k >= 5
+    assert "no probe of size k = 5, 6, 7" in fit_problem(missing, "with the cache")
+    zero = fit_cost_model(_rows([0.0] * 8, 0.25), True)                         # beta explains everything
+    assert "came out 0" in fit_problem(zero, "with the cache")
+
+
+def test_a_noisy_fit_is_flagged():
+    from hwprobe.calibration import noise_warning
+
+    b = [5.0, 6.0, 6.5, 7.0, 7.2, 7.9, 8.0, 8.8]
+    assert noise_warning(fit_cost_model(_rows(b, 0.25, noise=0.05), True), "with the cache") is None
+    noisy = fit_cost_model(_rows(b, 0.0, noise=400.0), True)      # CPU timings of another job's time slices
+    assert noisy.rmse_ms > noisy.median_ms
+    assert "is noise" in noise_warning(noisy, "with the cache")
+
+
+def test_calibrate_refuses_max_k_0_before_any_work(tmp_path, prompts_file, capsys, monkeypatch):
+    import hwprobe.session as session
+
+    monkeypatch.setattr(session, "build", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "c.toml"
+    assert main(["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file), "--max-k", "0",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--max-k in 1..31" in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_calibrate_keeps_the_rows_and_writes_no_profile_when_b_k_is_not_identified(tmp_path, prompts_file, capsys,
+                                                                                   monkeypatch):
+    """The command's clock is the one probe_states times with; a fit with b_k = 0 writes the rows, not the profile."""
+    import time
+
+    import hwprobe.calibration as calibration
+
+    seen = {}
+    real = calibration.probe_states
+
+    def spy(*a, clock, **k):
+        seen["clock"] = clock
+        return real(*a, clock=clock, **k)
+    monkeypatch.setattr(calibration, "probe_states", spy)
+    monkeypatch.setattr(calibration, "fit_cost_model", lambda rows, cache, sizes: calibration.Fit(
+        [0.0, 1.0], 0.5, 4, 0.1, median_ms=1.0))
+    out = tmp_path / "c.toml"
+    rc = main(["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file), "--limit", "1",
+               "--boundaries", "0", "--repeats", "1", "--max-k", "1", "--slots", "2", "--out", str(out),
+               "--quiet", "--clock", "cpu", "--device", "cpu"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "b_0 came out 0" in err and "probe rows kept in" in err and len(err.splitlines()) == 1
+    assert not out.exists() and (tmp_path / "c.probes.csv").is_file()
+    assert seen["clock"] is time.thread_time

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hwprobe.fidelity import _t1_report, sampling_term, t1_rows
+from hwprobe.fidelity import sampling_term
+from hwprobe.fidelity_report import t1_report, t1_rows
 
 
 def _run(selector, slots, commit, accepted, select=None, cycle=None, samples=None):
@@ -60,7 +61,7 @@ def test_t1_report_has_the_term_the_parts_and_the_noise():
     assert rows[0]["tps_error_plain"] == pytest.approx(0.04)
     sampling = {"ms": 0.1, "rows": [{"selector": "eagle3", "slots": 4, "cycles": (5, 8), "commit_ms": (0.1, 0.2),
                                      "accepted": (1.5, 0.6), "select_ms": (0.04, 0.05), "equal_accepted_ms": 0.13}]}
-    text = _t1_report([v], [run], sampling=sampling, plain=[plain], profile=SimpleNamespace(commit_ms=0.175))
+    text = t1_report([v], [run], sampling=sampling, plain=[plain], profile=SimpleNamespace(commit_ms=0.175))
     assert "met by 1 of 1" in text and "| +2.0% | +4.0% | 2.0% | 1.0% |" in text
     assert "### The sampling term" in text and "0.1000 ms per cycle" in text and "0.0750 → 0.1750" in text
     assert "| eagle3 | 4 | 20 / 21 | 1 / 1 | 9 / 8 | 1 / 0 |" in text

@@ -254,6 +254,9 @@ def test_killed_run_leaves_a_readable_partial_file(loop, tmp_path, monkeypatch, 
     (["--selector", "eagle3", "--max-new-tokens", "0"], "max-new-tokens"),
     (["--selector", "eagle3", "--repeats", "0"], "--repeats must be >= 1"),
     (["--selector", "eagle3", "--route-accuracy", "1.5"], "route accuracy"),
+    # the tiny model has 2 MoE layers: a 48-layer model's profile is refused, as simmoe replay refuses it
+    (["--selector", "eagle3", "--hardware", "a100-pcie-40gb"], "48-layer model but the model has 2 layers"),
+    (["--selector", "eagle3", "--hardware", "qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16"], "128 experts, top-8"),
 ])
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, capsys, argv, message):
     prompts = _prompts(tmp_path / "p.jsonl")

@@ -39,7 +39,9 @@ def runs(tmp_path_factory):
 
 
 def test_simulator_predicts_every_prefetch_and_copy(runs):
-    from simmoe.replay.prefetch import replay_prefetch
+    from dataclasses import replace
+
+    from simmoe.replay.engine import replay
     from simmoe.trace.io import read_trace
     from simmoe.validation.live import compare, fit_timing, read_live, replay_config_for
 
@@ -52,8 +54,8 @@ def test_simulator_predicts_every_prefetch_and_copy(runs):
         v = compare(trace, live, prof)
         assert v.accepted_match and v.errors["copies_mismatches"] == 0, name
         cyc = [json.loads(line) for line in path.read_text().splitlines() if '"cycle"' in line]
-        res = replay_prefetch(trace, replay_config_for(live, prof.name), prof, "draft", paired=False,
-                              staging=int(live.meta["inflight"]))
+        res = replay(trace, replace(replay_config_for(live, prof.name), prefetch="draft"), prof, paired=False,
+                     staging=int(live.meta["inflight"]))
         assert [c.get("prefetched", 0) for c in cyc] == res.cycles["prefetched"].tolist(), name
         assert [c.get("useful", 0) for c in cyc] == res.cycles["useful"].tolist(), name
         assert sum(c.get("prefetched", 0) for c in cyc) > 0

@@ -70,6 +70,7 @@ def test_selftest_cpu_version(capsys, prompts_file):
     assert rc == 0 and "selftest PASSED: 6/6" in out
     assert "bit-identical to resident" in out and "copies started too far ahead: 0" in out
     assert "deleted now (--keep DIR keeps them)" in out
+    assert "wrote " not in out                     # no "wrote FILE" for files deleted at exit
 
 
 @pytest.mark.slow
@@ -119,3 +120,37 @@ def test_selftest_a_failing_step_is_reported_not_raised(capsys, prompts_file, mo
     assert rc == 3
     assert "FAIL offload equality: out of device memory" in out and "FAIL live bf16 vs fp32: RuntimeError: boom" in out
     assert "FAIL calibrate: calibrate exited 7" in out and "selftest FAILED: 2/6" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bandwidth", "--json", "{d}"], "--json {d}: is a folder; give a file name"),
+    (["bandwidth", "--json", "{d}/no/b.json"], "folder {d}/no does not exist"),
+    (["calibrate", "--config", "tiny-random", "--prompts", "{p}", "--out", "{d}/c.toml", "--rows", "{d}"],
+     "--rows {d}: is a folder"),
+    (["calibrate", "--config", "tiny-random", "--prompts", "{p}", "--out", "{d}/c.toml", "--rows", "{p}"],
+     "is an input of this command"),
+    (["calibrate", "--config", "tiny-random", "--prompts", "{p}", "--out", "{d}/sub"],
+     "--out must name a .toml file"),
+    (["live", "--config", "tiny-random", "--selector", "eagle3", "--prompts", "{p}", "--out", "{d}/l.jsonl",
+      "--timeline", "{d}/no/t.json"], "--timeline {d}/no/t.json: folder {d}/no does not exist"),
+    (["live", "--config", "tiny-random", "--selector", "eagle3", "--prompts", "{p}", "--out", "{d}/same",
+      "--timeline", "{d}/same"], "--out and --timeline both name"),
+    (["record", "--config", "tiny-random", "--prompts", "{p}", "--out", "{p}"], "is an input of this command"),
+    (["selftest", "--device", "cpu", "--keep", "{p}"], "--keep {p}: exists and is not a folder"),
+    (["selftest", "--device", "cpu", "--keep", "{d}/no/keep"], "folder {d}/no does not exist"),
+])
+def test_outputs_are_checked_before_any_work(tmp_path, capsys, prompts_file, monkeypatch, argv, message):
+    """A bad output path is one line, exit 2, before any probe, sweep or model load (they would raise here)."""
+    import hwprobe.copysweep as copysweep
+    import hwprobe.session as session
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the outputs were checked")
+    monkeypatch.setattr(copysweep, "sweep", no_work)
+    monkeypatch.setattr(session, "build", no_work)
+    (tmp_path / "sub").mkdir()
+    argv = [a.format(d=tmp_path, p=prompts_file) for a in argv]
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message.format(d=tmp_path, p=prompts_file) in err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err

@@ -108,13 +108,16 @@ def test_killed_run_resumes_and_never_leaves_a_partial_trace(recorded, tmp_path,
 
 @pytest.mark.parametrize("setup,message", [
     ("missing", "does not exist"),
+    ("file", "is a file; give a model directory"),
     ("no_config", "no config.json"),
     ("no_weights", "no weight files"),
     ("llama", "m/config.json: architecture 'llama' has no experts module using transformers' experts interface"),
 ])
 def test_bad_model_directories(tmp_path, capsys, prompts_file, setup, message):
     d = tmp_path / "m"
-    if setup != "missing":
+    if setup == "file":
+        d.write_text("{}")
+    elif setup != "missing":
         d.mkdir()
     if setup in ("no_weights", "llama"):
         (d / "config.json").write_text('{"model_type": "llama"}')

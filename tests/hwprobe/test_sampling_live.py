@@ -1,8 +1,11 @@
 """Sampled speculative decoding on the tiny model: lossless in distribution, recorded, replayed, validated.
 
-The statistical test compares output distributions with and without
-speculation by a chi-square test of homogeneity that rejects at p < 0.001;
-its seeds are fixed, so it is deterministic.
+The statistical test compares the first two tokens of speculative samples with
+their exact law, enumerated on the tiny model (chi-square goodness of fit at
+α = 0.01; its seeds are fixed, so it is deterministic).  Its power against any
+alternative at total variation 0.05 is computed, and checked by simulation, in
+:func:`worst_case_power` and :func:`simulated_power` (at least 0.8 with
+1,600 samples: ``test_the_sampling_test_has_power``).
 """
 
 from __future__ import annotations
@@ -66,29 +69,111 @@ def test_plain_sampler_draws_the_softmax():
     assert stats.chisquare(obs, exp).pvalue > ALPHA
 
 
+# The law test: the joint law of the first two output tokens, binned as every pair of exact probability
+# >= BIN_MASS plus one bin for the rest; chi-square goodness of fit at ALPHA_LAW with N_LAW samples.
+N_LAW, ALPHA_LAW, TV, BIN_MASS = 1600, 0.01, 0.05, 0.02
+
+
+def exact_pair_law(model, prompt, temperature) -> tuple[list, np.ndarray]:
+    """The bins and their exact probabilities: pairs (t1, t2) with P >= BIN_MASS, then "any other pair".
+
+    P(t1, t2) = p_T(t1 | prompt) p_T(t2 | prompt, t1), the target's softmax at T (float64) by one
+    forward per first token that can reach BIN_MASS; the last bin is 1 minus the others.
+    """
+    import torch
+
+    from hwprobe.sampling import target_probs
+    from hwprobe.tree import lm_forward, new_cache
+
+    def law(prefix):
+        with torch.no_grad():
+            logits = lm_forward(model, torch.tensor([prefix]), new_cache(model)).logits[0, -1]
+        return target_probs(logits[None], temperature)[0].numpy()
+
+    p1 = law(list(prompt))
+    bins, probs = [], []
+    for a in np.flatnonzero(p1 >= BIN_MASS):
+        p2 = p1[a] * law([*prompt, int(a)])
+        for b in np.flatnonzero(p2 >= BIN_MASS):
+            bins.append((int(a), int(b)))
+            probs.append(float(p2[b]))
+    return bins, np.array([*probs, 1.0 - sum(probs)])
+
+
+def worst_case_power(p: np.ndarray, n: int, tv: float, alpha: float) -> tuple[float, float]:
+    """``(lambda, power)`` of the chi-square test of ``n`` draws against the least detectable law at ``tv``.
+
+    Among the laws Q at total variation ``tv`` from ``p`` (on these bins), the chi-square divergence
+    sum (q - p)^2 / p is smallest when Q moves mass ``tv`` from a set of bins B to its complement A,
+    in proportion to p within each: then it is tv^2 (1/P(A) + 1/P(B)), minimised over the subsets A
+    (all 2^k of them).  The statistic is then approximately noncentral chi-square with k - 1 degrees
+    of freedom and noncentrality lambda = n tv^2 (1/P(A) + 1/P(B)) (Cohen's effect size w^2 = lambda / n),
+    and the power is P(chi2'(k - 1, lambda) > the central chi2(k - 1) quantile 1 - alpha).  Any other
+    law at total variation >= tv has a larger lambda, hence at least this power.
+    """
+    import itertools
+
+    from scipy import stats
+
+    k = len(p)
+    masses = [p[list(a)].sum() for r in range(1, k) for a in itertools.combinations(range(k), r)]
+    lam = min(n * tv ** 2 * (1 / m + 1 / (1 - m)) for m in masses)
+    return lam, float(stats.ncx2.sf(stats.chi2.ppf(1 - alpha, k - 1), k - 1, lam))
+
+
+def least_detectable(p: np.ndarray, tv: float) -> np.ndarray:
+    """The law of :func:`worst_case_power`'s minimum: mass ``tv`` moved from B to A in proportion to p."""
+    import itertools
+
+    k = len(p)
+    best = min((a for r in range(1, k) for a in itertools.combinations(range(k), r)),
+               key=lambda a: 1 / p[list(a)].sum() + 1 / (1 - p[list(a)].sum()))
+    inside = np.isin(np.arange(k), best)
+    return p + tv * np.where(inside, p / p[inside].sum(), -p / p[~inside].sum())
+
+
+def simulated_power(p: np.ndarray, n: int, tv: float, alpha: float, reps: int = 4000, seed: int = 0) -> float:
+    """The rejection rate of the test on ``reps`` multinomial samples of n draws from :func:`least_detectable`."""
+    from scipy import stats
+
+    q = least_detectable(p, tv)
+    counts = np.random.default_rng(seed).multinomial(n, q, size=reps)
+    chi2 = ((counts - n * p) ** 2 / (n * p)).sum(axis=1)
+    return float(np.mean(chi2 > stats.chi2.ppf(1 - alpha, len(p) - 1)))
+
+
+def test_the_sampling_test_has_power(pair):
+    """Power >= 0.8 against every law at total variation 0.05 on the bins, by computation and by simulation."""
+    model, _ = pair
+    bins, p = exact_pair_law(model, PROMPT, T)
+    assert len(bins) >= 3 and p[-1] > 0 and abs(p.sum() - 1) < 1e-12
+    lam, power = worst_case_power(p, N_LAW, TV, ALPHA_LAW)
+    assert power >= 0.8, (lam, power)
+    assert abs(0.5 * np.abs(least_detectable(p, TV) - p).sum() - TV) < 1e-12
+    assert simulated_power(p, N_LAW, TV, ALPHA_LAW) >= 0.78            # 4,000 simulated tests agree
+    assert simulated_power(p, N_LAW, 0.0, ALPHA_LAW) <= 2 * ALPHA_LAW   # and the level holds under the law itself
+    assert worst_case_power(p, 150, TV, 0.001)[1] < 0.1                 # the 150-sample test this one replaces
+
+
 @pytest.mark.slow
-def test_output_distribution_with_and_without_speculation(pair):
-    """Independent seeds: the first three output tokens of 150 speculative and 150 plain samples (α = 0.001)."""
+def test_speculative_samples_follow_the_exact_law(pair):
+    """1,600 speculative samples (independent seeds) of the first two tokens against their exact law (α = 0.01)."""
     from scipy import stats
 
     from hwprobe.pool import PoolSpec
-    from hwprobe.sampling import key_of, sampled_generate, speculative_sample
+    from hwprobe.sampling import key_of, speculative_sample
 
     model, drafter = pair
+    bins, p = exact_pair_law(model, PROMPT, T)
+    index = {b: i for i, b in enumerate(bins)}
     spec = PoolSpec(expand_topk=2, expand_nodes=1, depth=2, max_nodes=4)
-    n = 150
-    with_spec, committed = [], []
-    for seed in range(n):
-        r = speculative_sample(model, drafter, PROMPT, 3, temperature=T, seed=seed, key=key_of("q"), spec=spec)
-        with_spec.append(tuple(r.tokens))
+    counts, committed = np.zeros(len(p), dtype=np.int64), []
+    for seed in range(N_LAW):
+        r = speculative_sample(model, drafter, PROMPT, 2, temperature=T, seed=seed, key=key_of("q"), spec=spec)
+        counts[index.get(tuple(r.tokens), len(p) - 1)] += 1
         committed += r.committed
-    without = [tuple(sampled_generate(model, PROMPT, 3, T, 10_000 + seed, key_of("q"))) for seed in range(n)]
-    assert np.mean(committed) > 1.2                       # the speculative side did speculate
-    cats = sorted(set(with_spec) | set(without))
-    a = np.array([[with_spec.count(c) for c in cats], [without.count(c) for c in cats]])
-    big = a.sum(axis=0) >= 10                             # rare outcomes pooled into one column
-    table = np.column_stack([a[:, big], a[:, ~big].sum(axis=1)]) if (~big).any() else a[:, big]
-    assert stats.chi2_contingency(table).pvalue > ALPHA
+    assert np.mean(committed) > 1.2                       # the samples did speculate
+    assert stats.chisquare(counts, N_LAW * p).pvalue > ALPHA_LAW
 
 
 def test_live_request_at_temperature_is_checked_and_consistent():

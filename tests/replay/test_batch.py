@@ -1,6 +1,8 @@
-"""Batched decoding (simmoe.replay.batch): batch 1 = the engine, the batch's union, continuous batching."""
+"""Batched decoding (the admission stage of simmoe.replay.engine): batch 1, the batch's union, continuous batching."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simmoe.errors import SimmoeError
-from simmoe.replay.batch import check_batch, plan_batched, replay_batched
-from simmoe.replay.engine import ReplayConfig, replay
+from simmoe.replay.config import check_batch
+from simmoe.replay.engine import ReplayConfig, plan, replay
 from simmoe.replay.selectors import SELECTORS, PoolView
 
 BATCH_SELECTORS = tuple(n for n, c in SELECTORS.items()
@@ -34,37 +36,64 @@ def batch_profile(**changes):
 PROFILE = batch_profile()
 
 
-def _same(a, b) -> bool:
-    return a == b or (np.isnan(a) and np.isnan(b))
+def plan_batched(trace, cfg, prof, batch):
+    return plan(trace, replace(cfg, batch=batch), prof)
 
 
-# -- batch 1 is the engine ----------------------------------------------------------------
-@settings(max_examples=10)
+def replay_batched(trace, cfg, prof, batch):
+    return replay(trace, replace(cfg, batch=batch), prof)
+
+
+# -- batch 1: one request at a time -----------------------------------------------------
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), nodes=st.integers(0, 10),
        cache=st.sampled_from([("lru", 3), ("lfu", 4), ("belady", 3), ("static", 5), ("none", 0)]))
-def test_batch_one_reproduces_the_engine_exactly(seed, nodes, cache):
+def test_batch_one_is_one_request_at_a_time_and_its_summary_is_eq10(seed, nodes, cache):
     trace = random_trace(seed, num_requests=3, output_len=(1, 10), pool_nodes=nodes)
+    R = 3
     for name in BATCH_SELECTORS:
         cfg = ReplayConfig(selector=name, cache=cache[0], slots=cache[1], selector_ms=0.5)
-        a, b = replay(trace, cfg, PROFILE), replay_batched(trace, cfg, PROFILE, 1)
-        for key, col in a.cycles.items():
-            assert np.array_equal(col, b.cycles[key]), (name, key)
-        for key in ("prefill_ms", "decode_ms", "request_ms", "prefill_hits", "prefill_misses"):
-            assert np.array_equal(a.requests[key], b.requests[key]), (name, key)
-        sa, sb = a.summary(), b.summary()
-        assert all(_same(sa[k], sb[k]) for k in sa), name
+        res = replay_batched(trace, cfg, PROFILE, 1)
+        c, st_, rq = res.cycles, res.steps, res.requests
+        # every step serves one request; requests run one after another, in order
+        assert (st_["requests"] == 1).all(), name
+        assert np.array_equal(c["step"], np.arange(len(st_["step_ms"]))), name
+        assert (np.diff(c["request"]) >= 0).all(), name
+        # the request-cycle records are the step records
+        for key in ("hits", "misses", "draft_ms", "selector_ms", "forward_ms", "commit_ms"):
+            assert np.array_equal(c[key], st_[key]), (name, key)
+        assert np.array_equal(c["cycle_ms"], st_["step_ms"]), name
+        assert np.array_equal(c["draft_nodes"] + 1, st_["tokens"]), name
+        decode = np.bincount(c["request"], weights=c["cycle_ms"], minlength=R)
+        assert np.array_equal(rq["decode_ms"], decode), name
+        assert np.array_equal(rq["request_ms"], rq["prefill_ms"] + decode), name
+        # a request is admitted when the previous one has finished
+        assert np.allclose(rq["admit_ms"][1:], rq["finish_ms"][:-1]), name
+        # SpecFit Eq. 10 from the per-request sums equals the batch formulas (makespan) at batch 1
+        s = res.summary()
+        n_out = trace.requests.output_len.astype(float)
+        makespan = float(st_["step_ms"].sum() + rq["prefill_ms"].sum())
+        assert s["decode_tps"] == pytest.approx(1e3 * (n_out - 1).sum() / float(st_["step_ms"].sum())), name
+        assert s["request_tps"] == pytest.approx(1e3 * n_out.sum() / makespan), name
+        assert s["batch"] == 1 and s["mean_batch"] == 1.0 and s["full_steps"] == s["steps"], name
 
 
-def test_batch_one_reproduces_the_engine_with_a_physical_profile():
+def test_batch_one_requests_without_a_cache_do_not_interact_on_a_physical_profile():
+    # no cache, nothing carried between requests: each request's steps are those of its replay alone
     from simmoe.hardware.profile import load_profile
+    from simmoe.trace.subset import select_requests
 
     prof = load_profile("olmoe-1b-7b@h100-sxm")
     trace = random_trace(3, num_requests=2, output_len=(4, 8), pool_nodes=6, L=16, N=64, k=8)
-    for name in ("ar", "eagle3", "evict", "specfit"):
+    for name in ("ar", "eagle3", "specfit"):
         cfg = ReplayConfig(selector=name, cache="none", slots=0, hardware=prof.name, selector_ms=0.0)
-        a, b = replay(trace, cfg, prof), replay_batched(trace, cfg, prof, 1)
-        assert all(np.array_equal(a.cycles[k], b.cycles[k]) for k in a.cycles), name
-        assert a.summary()["decode_tps"] == b.summary()["decode_tps"]
+        both = replay_batched(trace, cfg, prof, 1)
+        for r in range(2):
+            alone = replay_batched(select_requests(trace, [r]), cfg, prof, 1)
+            mine = both.cycles["request"] == r
+            for key in ("draft_nodes", "committed", "cycle_ms", "forward_ms"):
+                assert np.array_equal(both.cycles[key][mine], alone.cycles[key]), (name, r, key)
+            assert both.requests["prefill_ms"][r] == alone.requests["prefill_ms"][0]
 
 
 # -- the batch's union and the schedule ----------------------------------------------------
@@ -77,8 +106,8 @@ def test_step_demand_is_the_union_of_its_requests_true_routes(seed, nodes, batch
     g = trace.geometry
     for s in range(p.num_steps):  # recomputed step by step, one request at a time, with sets
         want = [set() for _ in range(g.num_layers)]
-        for c in np.flatnonzero(p.step == s):
-            row = int(p.row[c])
+        for c in np.flatnonzero(p.cycles["step"] == s):
+            row = int(p.cycles["row"][c])
             lo = int(trace.node_ptr[row])
             for layer in range(g.num_layers):
                 want[layer] |= set(trace.root_routes[row][layer].tolist())
@@ -95,15 +124,15 @@ def test_continuous_batching_keeps_slots_full_and_requests_in_order(seed, batch,
     batch = min(batch, requests)
     trace = random_trace(seed, num_requests=requests, output_len=(1, 9), pool_nodes=5)
     p = plan_batched(trace, ReplayConfig(selector="eagle3"), PROFILE, batch)
-    assert np.bincount(p.request, weights=p.committed, minlength=requests).astype(int).tolist() \
+    assert np.bincount(p.cycles["request"], weights=p.cycles["committed"], minlength=requests).astype(int).tolist() \
         == trace.requests.output_len.tolist()
     admitted = [-1 - e for e in p.events if e < 0]
     assert admitted == list(range(requests))
     for r in range(requests):  # once admitted, a request decodes in every step until it finishes
-        steps = p.step[p.request == r]
+        steps = p.cycles["step"][p.cycles["request"] == r]
         assert np.array_equal(steps, np.arange(steps[0], steps[0] + len(steps)))
     for s in range(p.num_steps):  # the batch is full while requests wait
-        active = int(p.step_requests[s])
+        active = int(p.steps["requests"][s])
         assert active <= batch
         started = sum(1 for e in p.events[:p.events.index(s)] if e < 0)
         if started < requests:
@@ -174,11 +203,11 @@ def test_specfit_sees_a_cheaper_subtree_when_the_batch_covers_its_experts():
     cfg = ReplayConfig(selector="specfit", selector_ms=0.5, slots=0, cache="none")
     one = plan_batched(trace, cfg, PROFILE, 1)
     four = plan_batched(trace, cfg, PROFILE, 4)
-    assert four.draft_nodes.mean() >= one.draft_nodes.mean()
+    assert four.cycles["draft_nodes"].mean() >= one.cycles["draft_nodes"].mean()
 
 
 def test_offload_marginal_cost_adds_the_others_tokens_and_experts_to_the_intercepts():
-    from simmoe.replay.batch import BatchCost
+    from simmoe.replay.selection import BatchCost
     from solvers.cost import CostModel
 
     base = PROFILE.cost_model(False)
@@ -220,18 +249,18 @@ def test_offload_batched_specfit_maximises_its_tokens_per_predicted_step_time(se
 
     checked = 0
     for s in range(p.num_steps):
-        cyc = np.flatnonzero(p.step == s)
+        cyc = np.flatnonzero(p.cycles["step"] == s)
         if len(cyc) < 2:
             continue
         for i, c in enumerate(cyc):
-            row = int(p.row[c])
+            row = int(p.cycles["row"][c])
             others = set()
             for c2 in cyc:
                 if c2 != c:
-                    others |= root(int(p.row[c2]))
+                    others |= root(int(p.cycles["row"][c2]))
             for c2 in cyc[:i]:
-                others |= pairs(int(p.row[c2]), p.selected_of(c2).tolist())
-            n_others = len(cyc) - 1 + int(sum(p.draft_nodes[c2] for c2 in cyc[:i]))
+                others |= pairs(int(p.cycles["row"][c2]), p.selected_of(c2).tolist())
+            n_others = len(cyc) - 1 + int(sum(p.cycles["draft_nodes"][c2] for c2 in cyc[:i]))
             lo, hi = int(trace.node_ptr[row]), int(trace.node_ptr[row + 1])
             par, prob = trace.node_parent[lo:hi], trace.node_p[lo:hi].astype(np.float64)
 

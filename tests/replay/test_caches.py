@@ -295,3 +295,89 @@ def test_recency_renumbering_keeps_the_order(s):
         cache = make_cache(policy, L, N, slots)
         cache.STAMP_LIMIT = 6 * N
         assert run(cache, stream) == [tuple(w) for w in ref(L, N, slots, stream)]
+
+
+# -- prefetched experts entering the cache between forwards ---------------------------------
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), L=st.integers(1, 3), N=st.integers(2, 8), steps=st.integers(1, 12),
+       one_layer=st.booleans())
+def test_lru_insertions_match_a_reference_that_evicts_the_least_recent_unprotected(seed, L, N, steps, one_layer):
+    # the copy engine's rule (tests/replay/prefetch_reference.py take_slot): a prefetched expert becomes the
+    # most recently used; in a full layer it displaces the least recently used expert that is not protected
+    rng = np.random.default_rng(seed)
+    slots = int(rng.integers(1, N + 1))
+    cache = make_cache("lru", L, N, slots)
+    ref = [OrderedDict() for _ in range(L)]
+    for _ in range(steps):
+        if rng.random() < 0.5:          # a forward
+            d = rng.random((L, N)) < 0.3
+            h, m = cache.forward(d)
+            for layer in range(L):
+                hits, misses = accesses(d[layer], ref[layer])
+                assert (h[layer], m[layer]) == (len(hits), len(misses))
+                for e in hits + misses:
+                    ref[layer].pop(e, None)
+                    ref[layer][e] = True
+                while len(ref[layer]) > slots:
+                    ref[layer].popitem(last=False)
+            continue
+        # protected: some resident experts (unused prefetches); new: absent ones, protected + new <= slots
+        protected = np.zeros((L, N), dtype=bool)
+        new_by_layer = []
+        for layer in range(L):
+            res = list(ref[layer])
+            keep = [e for e in res if rng.random() < 0.4][:slots - 1]
+            protected[layer, keep] = True
+            absent = [e for e in range(N) if e not in ref[layer]]
+            n = int(rng.integers(0, min(len(absent), slots - len(keep)) + 1))
+            new_by_layer.append([int(e) for e in rng.permutation(absent)[:n]])
+        if one_layer:
+            layer = int(rng.integers(0, L))
+            cache.insert_layer(layer, np.asarray(new_by_layer[layer], dtype=np.int64), protected[layer])
+            todo = [(layer, e) for e in new_by_layer[layer]]
+        else:
+            pairs = [(layer, e) for layer in range(L) for e in new_by_layer[layer]]
+            order = rng.permutation(len(pairs)) if pairs else np.zeros(0, dtype=np.int64)
+            todo = [pairs[i] for i in order]
+            flat = np.asarray([layer * N + e for layer, e in todo], dtype=np.int64)
+            cache.insert_many(flat, np.bincount(flat // N, minlength=L).astype(np.int64), protected)
+        for layer, e in todo:
+            c = ref[layer]
+            if len(c) >= slots:
+                victim = next(x for x in c if not protected[layer, x])
+                del c[victim]
+            c[e] = True
+        for layer in range(L):
+            assert set(np.flatnonzero(cache.resident[layer]).tolist()) == set(ref[layer]), layer
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "belady", "static"])
+def test_insertions_keep_protected_and_new_experts_within_the_slots(policy):
+    rng = np.random.default_rng(5)
+    L, N, slots = 2, 6, 3
+    stream = [rng.random((L, N)) < 0.4 for _ in range(8)]
+    cache = make_cache(policy, L, N, slots, future=stream)
+    for t, d in enumerate(stream):
+        cache.forward(d)
+        absent = [int(e) for e in np.flatnonzero(~cache.resident[0])]
+        protected = np.zeros((L, N), dtype=bool)
+        res0 = np.flatnonzero(cache.resident[0])
+        protected[0, res0[:1]] = True
+        new = absent[:slots - int(protected[0].sum())]
+        if t % 2:
+            cache.insert_layer(0, np.asarray(new, dtype=np.int64), protected[0])
+        else:
+            flat = np.asarray(new, dtype=np.int64)
+            cache.insert_many(flat, np.bincount(flat // N, minlength=L).astype(np.int64), protected)
+        assert cache.resident[0, new].all() and cache.resident[protected].all()
+        assert (cache.resident.sum(axis=1) <= slots).all()
+
+
+def test_an_insertion_with_no_room_left_is_a_check_failure():
+    cache = make_cache("lru", 1, 4, 2)
+    cache.forward(np.array([[True, True, False, False]]))
+    protected = np.array([[True, True, False, False]])
+    with pytest.raises(CheckFailed, match="no expert left to evict"):
+        cache.insert_layer(0, np.array([2]), protected[0])
+    with pytest.raises(CheckFailed, match="no expert left to evict"):
+        cache.insert_many(np.array([3]), np.array([1]), protected)

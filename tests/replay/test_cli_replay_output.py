@@ -123,8 +123,14 @@ def test_progress_label_counts_selectors_and_the_baseline(files, capsys, monkeyp
     (["--coverage-rho", "0"], r"coverage rho"),
     (["--json", "-", "--csv", "-"], r"interleave on stdout"),
     (["--cycles", "-"], r"needs a file name"),
+    (["--seed", "-1"], r"--seed -1: must be a non-negative integer"),
+    (["--json", "{d}/same", "--csv", "{d}/same"], r"--json and --csv both name"),
+    (["--cycles", "{d}/t.parquet"], r"is an input of this command"),
+    (["--timeline", "{d}/no/tl.json", "--requests", "1"], r"--timeline .*folder .* does not exist"),
+    (["--timeline", "{d}", "--requests", "1"], r"--timeline .*is a folder"),
 ])
 def test_refused_flags(files, capsys, argv, match):
+    argv = [a.format(d=files) for a in argv]
     assert run(files, *argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(match, err) and "Traceback" not in err

@@ -200,3 +200,39 @@ def test_live_run_and_trace_must_share_the_temperature():
     live.meta["temperature"] = 1.0
     with pytest.raises(SimmoeError, match="differ in temperature"):
         check_compatible(tr, live)
+
+
+@pytest.mark.parametrize("text, also_zero", [("sampled", False), ("greedy", True)])
+def test_another_temperature_suggests_only_what_the_trace_replays_at(files, tmp_path, capsys, text, also_zero):
+    t = read_trace(files / "t1.parquet")
+    t.meta["sampling"]["text"] = text
+    write_trace(t, tmp_path / "t.parquet")
+    assert main(["replay", str(tmp_path / "t.parquet"), "--no-progress", "--selectors", "eagle3",
+                 "--hardware", str(files / "p.toml"), "--temperature", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "replay it at --temperature 1" in err and err.endswith(" or 0") == also_zero
+    if not also_zero:      # the suggestion is accepted; 0 would be refused for a sampled text
+        assert main(["replay", str(tmp_path / "t.parquet"), "--no-progress", "--selectors", "eagle3",
+                     "--hardware", str(files / "p.toml"), "--temperature", "0"]) == 2
+        assert "its text was sampled" in capsys.readouterr().err
+
+
+def test_json_config_names_every_selector_and_a_disabled_cache_says_no_cache(files, capsys):
+    assert run(files, "g.parquet", "--json", "-", "--cache", "none", "--slots", "12") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["selectors"] == ["eagle3", "evict"] and "selector" not in doc["config"]
+    assert run(files, "g.parquet", "--cache", "none", "--slots", "12") == 0
+    out = " ".join(capsys.readouterr().out.split())    # the title may wrap at the table's width
+    assert "no cache, " in out and "none cache" not in out and "12 slots" not in out
+    assert run(files, "g.parquet", "--slots", "12") == 0
+    assert "12 slots/layer, lru cache," in " ".join(capsys.readouterr().out.split())
+
+
+def test_help_lists_each_selector_apart(capsys):
+    from simmoe.replay.selectors import SELECTORS
+
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    out = capsys.readouterr().out
+    for name, cls in SELECTORS.items():
+        assert f"  {name} " in out and f"{name}{cls.summary[:5]}" not in out

@@ -13,15 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simmoe.errors import SimmoeError
-from simmoe.hardware.costfit import (
-    ProbeRow,
-    derive_initial_a100,
-    fit_cost_model,
-    fit_timing,
-    mean_count_simulator,
-    read_probes,
-    replay_simulator,
-)
+from simmoe.fitting.timing_fit import derive_initial_a100, fit_timing, mean_count_simulator, replay_simulator
+from simmoe.hardware.costfit import ProbeRow, fit_cost_model, read_probes
 from simmoe.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -252,14 +252,15 @@ def test_predicted_routes_change_selection_but_never_verification():
     same = plan(trace, ReplayConfig(selector="specfit-full", slots=4, route_accuracy=1.0, seed=5), PROFILE)
     assert np.array_equal(exact.demand, same.demand)  # a = 1 is exact, whatever the seed
     noisy = plan(trace, ReplayConfig(selector="specfit-full", slots=4, route_accuracy=0.0, seed=5), PROFILE)
-    assert not np.array_equal(exact.draft_nodes, noisy.draft_nodes) or \
+    assert not np.array_equal(exact.cycles["draft_nodes"], noisy.cycles["draft_nodes"]) or \
         not np.array_equal(exact.demand, noisy.demand)
-    # verification executes the true routes of whatever was selected
+    # verification executes the true routes of whatever was selected (batch 1: step c is cycle c)
     for p in (exact, noisy):
+        assert np.array_equal(p.cycles["step"], np.arange(p.num_steps))
         for c in range(p.num_cycles):
             chosen = p.selected_of(c).tolist()
-            assert len(chosen) == p.draft_nodes[c]
-            assert np.array_equal(p.demand_of(c), true_demand(trace, int(p.row[c]), chosen))
+            assert len(chosen) == p.cycles["draft_nodes"][c]
+            assert np.array_equal(p.demand_of(c), true_demand(trace, int(p.cycles["row"][c]), chosen))
 
 
 def test_replays_are_deterministic_by_seed_and_plans_are_shared():
@@ -277,8 +278,8 @@ def test_replays_are_deterministic_by_seed_and_plans_are_shared():
 def test_measured_selector_time_comes_from_the_chosen_clock():
     trace = random_trace(17, num_requests=2, output_len=(6, 10), pool_nodes=10)
     p = plan(trace, ReplayConfig(selector="specfit"), PROFILE)
-    assert (p.selector_ms > 0).all() and (p.selector_cpu_ms >= 0).all()
-    for clock, column in (("wall", p.selector_ms), ("cpu", p.selector_cpu_ms)):
+    assert (p.steps["selector_ms"] > 0).all() and (p.steps["selector_cpu_ms"] >= 0).all()
+    for clock, column in (("wall", p.steps["selector_ms"]), ("cpu", p.steps["selector_cpu_ms"])):
         res = simulate(trace, p, ReplayConfig(selector="specfit", selector_clock=clock), PROFILE)
         assert np.array_equal(res.cycles["selector_ms"], column)
         assert np.array_equal(res.cycles["cycle_ms"], res.cycles["draft_ms"] + column
@@ -319,3 +320,28 @@ def test_timing_models_agree_when_copies_are_fixed_and_do_not_overlap():
            for m in ("event", "closed")}
     assert out["event"].cycles["cycle_ms"] == pytest.approx(out["closed"].cycles["cycle_ms"])
     assert summarize(out["event"].cycles, out["event"].requests)["cycles"] == len(out["closed"].cycles["cycle_ms"])
+
+
+# -- the resident regime: no cache, experts read from HBM --------------------------------
+@pytest.mark.parametrize("batch", [1, 3])
+def test_resident_counters_are_the_experts_each_token_reads(batch):
+    # every expert lives in HBM: no copies and no hit rate; each forward reads its union (Eq. 1) once
+    from simmoe.hardware.profile import load_profile
+
+    prof = load_profile("a100-sxm-resident").replace(num_layers=0)
+    trace = random_trace(18, num_requests=3, output_len=(4, 9), pool_nodes=7)
+    cfg = ReplayConfig(selector="eagle3", slots=0, cache="none", selector_ms=0.5, hardware=prof.name, batch=batch)
+    res = replay(trace, cfg, prof)
+    sched = plan(trace, cfg, prof)
+    assert res.regime == "resident"
+    s = res.summary()
+    assert "h2d_per_token" not in s and "hit_rate" not in s
+    reads = sum(int(sched.demand_of(i).sum()) for i in range(sched.num_steps)) \
+        + int(np.asarray(trace.requests.prefill_union[:3], dtype=bool).sum())
+    tokens = trace.num_positions
+    assert s["expert_reads_per_token"] == pytest.approx(reads / tokens)
+    assert s["expert_mb_per_token"] == pytest.approx(reads * trace.geometry.expert_bytes / 1e6 / tokens)
+    assert not res.steps["misses"].any() and not res.requests["prefill_misses"].any()
+    # a cache setting changes nothing there (nothing is copied, so nothing is kept)
+    cached = replay(trace, ReplayConfig(**{**cfg.__dict__, "cache": "lru", "slots": 4}), prof)
+    assert np.array_equal(cached.steps["step_ms"], res.steps["step_ms"])

@@ -1,29 +1,30 @@
-"""Prefetching (simmoe.replay.prefetch): the model against today's event model and its simpy reference."""
+"""Prefetching (the copy engine of simmoe.replay.residency): against the event model and its simpy reference."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from factories import random_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prefetch_reference import CycleOutcome, charged_selector_ms, reference_items, reference_replay
 
+from simmoe.api import CacheShape
 from simmoe.errors import SimmoeError
 from simmoe.hardware.profile import load_profile
-from simmoe.replay.engine import ReplayConfig, plan, simulate
-from simmoe.replay.prefetch import (
-    PrefetchModel,
-    _selector_times,
-    _timer,
-    check_prefetch_setting,
-    replay_items,
-    replay_prefetch,
-    simulate_prefetch,
-)
-from simmoe.replay.prefetch_policies import PREFETCH_POLICIES
-from simmoe.replay.prefetch_reference import reference_replay
+from simmoe.replay.caches import make_cache
+from simmoe.replay.engine import ReplayConfig, _timer, build_residency, check_setting, plan, replay, simulate
+from simmoe.replay.pools import TracePools
+from simmoe.replay.prefetch_policies import Draft
+from simmoe.replay.residency import OffloadedExperts
+from simmoe.replay.route_prediction import RoutePredictor
+from simmoe.replay.schedule import Prefill, Step
 
 L, N, K = 4, 8, 2  # L a power of two: per-layer times stay binary fractions
+POLICIES = ("none", "draft", "next-layer", "oracle")
 
 
 def profile(**changes):
@@ -40,62 +41,101 @@ def plan_of(trace, selector="eagle3", slots=3, accuracy=1.0, seed=0, prof=None, 
     return cfg, plan(trace, cfg, prof or profile())
 
 
+def residency_items(trace, schedule, cfg, prof, *, staging=None, sequential=False):
+    """The residency stage of ``cfg`` over the schedule's events, one outcome per event, and its leftover.
+
+    A prefill gives ``(ms, hits [L], misses [L])``, a step a :class:`CycleOutcome`
+    (the shape of the reference's results).
+    """
+    timer = _timer(cfg, prof)
+    pools = TracePools(trace, RoutePredictor(trace.geometry.num_experts, cfg.route_accuracy, cfg.seed),
+                       trace.node_agree)
+    res = build_residency(trace, cfg, prof, timer, pools, staging=staging, sequential=sequential,
+                          requests=tuple(range(schedule.num_requests)))
+    out = []
+    for ev in schedule.events_iter():
+        if isinstance(ev, Prefill):
+            out.append(res.prefill(int(schedule.prompt_len[ev.request]), trace.prefill_demand(ev.request),
+                                   ev.request))
+            continue
+        sel = charged_selector_ms(schedule, cfg, ev)
+        draft, fwd, commit, h, m, counts = res.step(ev, sel)
+        counts = counts or {"prefetched": 0, "useful": 0, "wasted": 0}
+        out.append(CycleOutcome(draft, sel, fwd, commit, int(h.sum()), int(m.sum()), counts["prefetched"],
+                                counts["useful"], counts["wasted"]))
+    return out, res.finish()
+
+
 def run_both(trace, cfg, p, prof, policy, staging=None):
-    """The fast model and the simpy reference on the same forwards: (fast results, reference results)."""
-    items = list(replay_items(trace, p, cfg, policy, _selector_times(p, cfg)))
+    """The replay's residency stage and the simpy reference on the same forwards.
+
+    Also checks that :func:`simulate` records exactly the residency stage's outcomes.
+    Returns (fast outcomes, leftover prefetches at the end, reference outcomes).
+    """
+    cfg = replace(cfg, prefetch=policy)
+    fast, leftover = residency_items(trace, p, cfg, prof, staging=staging)
     slots = cfg.slots if cfg.cache_active else 0
-    model = PrefetchModel(_timer(cfg, prof), L, N, slots, policy, staging=staging)
-    fast = [model.prefill(*it) if kind == "prefill" else model.cycle(it) for kind, _, it in items]
-    leftover = model.finish()
-    ref = reference_replay(_timer(cfg, prof), L, N, slots, policy,
-                           [("prefill", *it) if kind == "prefill" else ("cycle", it) for kind, _, it in items],
-                           staging=staging)
+    ref = reference_replay(_timer(cfg, prof), L, N, slots, policy, reference_items(trace, p, cfg), staging=staging)
+    res = simulate(trace, p, cfg, prof, staging=staging)
+    cycles = [x for x in fast if isinstance(x, CycleOutcome)]
+    for key in ("draft_ms", "forward_ms", "hits", "misses"):
+        assert res.cycles[key].tolist() == [getattr(x, key) for x in cycles], key
+    if policy != "none":
+        for key in ("prefetched", "useful"):
+            assert res.cycles[key].tolist() == [getattr(x, key) for x in cycles], key
+        assert res.cycles["wasted"].sum() == sum(x.wasted for x in cycles) + leftover
     return fast, leftover, ref
 
 
-# -- nothing prefetched: today's event model, exactly ------------------------------
-@settings(max_examples=20)
+# -- nothing prefetched: the event model, exactly ------------------------------------
+@settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), slots=st.sampled_from([0, 2, 5]),
        copies=st.sampled_from(["fixed", "gamma", "samples"]), overlap=st.booleans(),
        selector=st.sampled_from(["ar", "eagle3", "specfit"]))
 def test_policy_none_equals_the_event_model_bit_for_bit(seed, slots, copies, overlap, selector):
+    # the copy engine carried across steps with nothing prefetched times every forward as the event model
     extra = {"fixed": {}, "gamma": {"copy_cv": 0.3}, "samples": {"copy_samples_ms": (0.5, 0.75, 1.25)}}[copies]
     prof = profile(overlap=overlap, **extra)
     trace = random_trace(seed, num_requests=2, L=L, N=N, k=K, pool_nodes=7)
     cfg, p = plan_of(trace, selector, slots, prof=prof, seed=seed)
     a = simulate(trace, p, cfg, prof)
-    b = simulate_prefetch(trace, p, cfg, prof, "none")
-    for key in ("cycle_ms", "forward_ms", "draft_ms", "hits", "misses"):
-        assert np.array_equal(a.cycles[key], b.cycles[key]), key
-    for key in ("prefill_ms", "prefill_hits", "prefill_misses", "decode_ms"):
-        assert np.array_equal(a.requests[key], b.requests[key]), key
-    assert b.cycles["prefetched"].sum() == 0
+    b, leftover = residency_items(trace, p, cfg, prof, sequential=True)
+    steps = [x for x in b if isinstance(x, CycleOutcome)]
+    pre = [x for x in b if not isinstance(x, CycleOutcome)]
+    for key in ("forward_ms", "draft_ms", "hits", "misses"):
+        assert a.cycles[key].tolist() == [getattr(x, key) for x in steps], key
+    assert a.cycles["cycle_ms"].tolist() == [x.draft_ms + x.selector_ms + x.forward_ms + x.commit_ms for x in steps]
+    assert a.requests["prefill_ms"].tolist() == [x[0] for x in pre]
+    assert a.requests["prefill_hits"].tolist() == [int(x[1].sum()) for x in pre]
+    assert a.requests["prefill_misses"].tolist() == [int(x[2].sum()) for x in pre]
+    assert sum(x.prefetched for x in steps) == 0 and leftover == 0
 
 
-@settings(max_examples=10)
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), slots=st.sampled_from([0, 3]), policy=st.sampled_from(["draft", "oracle"]),
        copies=st.sampled_from(["fixed", "gamma"]))
-def test_a_selector_that_never_drafts_gets_the_model_result_without_running_it(seed, slots, policy, copies):
-    # replay_prefetch skips the model when no cycle drafts: its result must be the model's, bit for bit
+def test_a_selector_that_never_drafts_gets_nothing_from_drafting_prefetch(seed, slots, policy, copies):
+    # no step drafts, so the drafting window never opens: the result is the replay without prefetch
     prof = profile(**({"copy_cv": 0.3} if copies == "gamma" else {}))
     trace = random_trace(seed, num_requests=2, L=L, N=N, k=K, pool_nodes=7)
     cfg, p = plan_of(trace, "ar", slots, prof=prof, seed=seed)
-    assert not p.drafted_levels.any()
-    full = simulate_prefetch(trace, p, cfg, prof, policy)
-    short = replay_prefetch(trace, cfg, prof, policy)
-    assert full.cycles.keys() == short.cycles.keys()
-    for key in full.cycles:
-        assert np.array_equal(full.cycles[key], short.cycles[key]), key
-    for key in full.requests:
-        assert np.array_equal(full.requests[key], short.requests[key]), key
-    assert short.baseline_decode_ms == float(np.sum(full.requests["decode_ms"]))
-    assert short.summary()["saved_ms_per_token"] == 0.0
+    assert not p.cycles["drafted_levels"].any()
+    base = replay(trace, cfg, prof)
+    res = replay(trace, replace(cfg, prefetch=policy), prof, paired=True)
+    assert set(base.cycles) <= set(res.cycles)
+    for key in base.cycles:
+        assert np.array_equal(base.cycles[key], res.cycles[key]), key
+    for key in base.requests:
+        assert np.array_equal(base.requests[key], res.requests[key], equal_nan=True), key
+    assert res.cycles["prefetched"].sum() == 0
+    assert res.baseline_decode_ms == float(np.sum(res.requests["decode_ms"]))
+    assert res.summary()["saved_ms_per_token"] == 0.0
 
 
-# -- the fast model against its simpy reference -------------------------------------
-@settings(max_examples=30)
+# -- the replay against its simpy reference -------------------------------------------
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), slots=st.sampled_from([0, 1, 2, 4, 8]),
-       policy=st.sampled_from(PREFETCH_POLICIES), c=st.sampled_from([1, 2, 3]),
+       policy=st.sampled_from(POLICIES), c=st.sampled_from([1, 2, 3]),
        accuracy=st.sampled_from([1.0, 0.6, 0.0]), overlap=st.booleans(),
        selector=st.sampled_from(["eagle3", "specfit", "ar", "oracle"]), staging=st.sampled_from([None, 1, 3]))
 def test_model_equals_the_simpy_reference(seed, slots, policy, c, accuracy, overlap, selector, staging):
@@ -116,7 +156,7 @@ def test_model_equals_the_simpy_reference(seed, slots, policy, c, accuracy, over
     assert wasted_fast == sum(b.wasted for b in ref if not isinstance(b, tuple))
 
 
-@settings(max_examples=10)
+@settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), policy=st.sampled_from(["draft", "next-layer", "oracle"]),
        cv=st.sampled_from([0.2, 0.6]))
 def test_model_equals_the_reference_with_drawn_copy_times(seed, policy, cv):
@@ -131,7 +171,7 @@ def test_model_equals_the_reference_with_drawn_copy_times(seed, policy, cv):
 
 
 # -- counting and the cache ------------------------------------------------------------
-@settings(max_examples=15)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), slots=st.sampled_from([0, 2, 6]),
        policy=st.sampled_from(["draft", "next-layer", "oracle"]), accuracy=st.sampled_from([1.0, 0.5]))
 def test_every_prefetch_is_used_or_wasted_and_demand_is_unchanged(seed, slots, policy, accuracy):
@@ -139,7 +179,7 @@ def test_every_prefetch_is_used_or_wasted_and_demand_is_unchanged(seed, slots, p
     trace = random_trace(seed, num_requests=3, L=L, N=N, k=K, pool_nodes=8)
     cfg, p = plan_of(trace, "eagle3", slots, accuracy=accuracy, seed=seed, prof=prof)
     base = simulate(trace, p, cfg, prof)
-    res = simulate_prefetch(trace, p, cfg, prof, policy)
+    res = simulate(trace, p, replace(cfg, prefetch=policy), prof)
     cyc = res.cycles
     assert cyc["prefetched"].sum() == cyc["useful"].sum() + cyc["wasted"].sum()
     # the forwards demand the same experts; prefetch only turns demand copies into hits
@@ -151,68 +191,80 @@ def test_every_prefetch_is_used_or_wasted_and_demand_is_unchanged(seed, slots, p
         assert (cyc["useful"] <= cyc["prefetched"]).all()
 
 
+def _one_pool(root, L_, N_):
+    """The pools stage of a one-position trace with an empty pool and the given root routes."""
+    empty = np.zeros(0)
+    trace = SimpleNamespace(pool_slice=lambda row: slice(0, 0), node_level=empty, node_p=empty,
+                            root_routes=np.asarray([root]), node_routes=np.zeros((0, L_, 1), dtype=np.int64))
+    return SimpleNamespace(trace=trace, predictions=lambda row: (np.asarray(root),
+                                                                 np.zeros((0, L_, 1), dtype=np.int64)))
+
+
+def _step(levels, demand):
+    return Step(0, [0], [0], [0], [np.zeros(0, dtype=np.int64)], [0], [1], [levels], [levels], [0], levels,
+                1, 0, 0.0, 0.0, demand)
+
+
+def _draft_residency(prof, cfg, root):
+    """One layer of four experts, an LRU cache of ``cfg.slots``, ``draft`` prefetch of a root routed to ``root``."""
+    policy = Draft()
+    policy.reset(CacheShape(1, 4, cfg.slots))
+    return OffloadedExperts(_timer(cfg, prof), make_cache("lru", 1, 4, cfg.slots), 1, 4, cfg.slots, policy=policy,
+                            pools=_one_pool([[root]], 1, 4))
+
+
 def test_a_prefetch_lands_in_the_cache_and_saves_the_demand_copy():
     # one layer, one expert, one cycle: the root's expert is prefetched while drafting and found resident
-    from simmoe.replay.prefetch import CycleInput
-
     prof = profile(copies_in_flight=1)
-    timer = _timer(ReplayConfig(slots=4, selector_ms=0.5), prof)
-    model = PrefetchModel(timer, 1, 4, 4, "draft")
+    cfg = ReplayConfig(slots=4, selector_ms=0.5)
+    res = _draft_residency(prof, cfg, 1)
     demand = np.array([[False, True, False, False]])
-    inp = CycleInput(levels=2, selector_ms=0.5, n_tokens=1, demand=demand, root_pred=np.array([[1]]),
-                     node_pred=np.zeros((0, 1, 1), dtype=np.int64), node_level=np.zeros(0), node_p=np.zeros(0),
-                     selected=np.zeros(0, dtype=np.int64))
-    out = model.cycle(inp)
-    assert (out.prefetched, out.useful, out.hits, out.misses) == (1, 1, 1, 0)
+    draft, fwd, _, h, m, counts = res.step(_step(2, demand), 0.5)
+    assert (counts["prefetched"], counts["useful"], int(h.sum()), int(m.sum())) == (1, 1, 1, 0)
     # the forward then computes one expert on top of attention: no copy on its path
     nonexpert = prof.forward_ms + prof.cache_overhead_ms
-    assert out.forward_ms == nonexpert + prof.expert_ms
+    assert fwd == nonexpert + prof.expert_ms
 
 
 def test_a_prefetch_still_in_flight_delays_its_expert():
     # the copy starts at the end of the (short) drafting and lands during attention
-    from simmoe.replay.prefetch import CycleInput
-
     prof = profile(copies_in_flight=1, copy_ms=8.0, draft_level_ms=0.5, draft_fixed_ms=0.0,
                    cache_overhead_ms=0.0, forward_ms=4.0)
-    timer = _timer(ReplayConfig(slots=4, selector_ms=0.0), prof)
-    model = PrefetchModel(timer, 1, 4, 4, "draft")
+    cfg = ReplayConfig(slots=4, selector_ms=0.0)
+    res = _draft_residency(prof, cfg, 0)
     demand = np.array([[True, False, False, False]])
-    inp = CycleInput(levels=1, selector_ms=0.0, n_tokens=1, demand=demand, root_pred=np.array([[0]]),
-                     node_pred=np.zeros((0, 1, 1), dtype=np.int64), node_level=np.zeros(0), node_p=np.zeros(0),
-                     selected=np.zeros(0, dtype=np.int64))
-    out = model.cycle(inp)
+    _, fwd, _, h, m, _ = res.step(_step(1, demand), 0.0)
     # the copy starts with drafting (t = 0) and lands at 8; the forward starts at 0.5, attention ends at 4.5
-    assert out.hits == 1 and out.misses == 0
-    assert out.forward_ms == pytest.approx((8.0 - 0.5) + prof.expert_ms)
+    assert int(h.sum()) == 1 and int(m.sum()) == 0
+    assert fwd == pytest.approx((8.0 - 0.5) + prof.expert_ms)
 
 
-# -- bad settings: one line -----------------------------------------------------------------
-def test_settings_the_model_refuses():
-    trace = random_trace(1, L=L, N=N, k=K)
-    cfg = ReplayConfig(selector="eagle3", slots=3)
+# -- settings: refused in one line, or (now) combined ------------------------------------
+def test_settings_refused_and_settings_that_now_combine():
+    trace = random_trace(1, L=L, N=N, k=K, num_requests=2)
+    cfg = ReplayConfig(selector="eagle3", slots=3, selector_ms=0.5)
     with pytest.raises(SimmoeError, match="unknown prefetch policy"):
-        check_prefetch_setting("later", profile=profile(), config=cfg)
+        replace(cfg, prefetch="later").validate()
     with pytest.raises(SimmoeError, match="resident"):
-        check_prefetch_setting("draft", profile=load_profile("a100-sxm-resident"), config=cfg)
-    with pytest.raises(SimmoeError, match="--cache lru or none"):
-        check_prefetch_setting("draft", profile=profile(), config=ReplayConfig(cache="belady", slots=3))
-    with pytest.raises(SimmoeError, match="--batch"):
-        check_prefetch_setting("draft", profile=profile(), config=cfg, batch=2)
+        check_setting(trace, replace(cfg, prefetch="draft"), load_profile("a100-sxm-resident"))
     with pytest.raises(SimmoeError, match="no draft pools"):
-        check_prefetch_setting("draft", profile=profile(), config=cfg,
-                               trace=random_trace(2, L=L, N=N, k=K, pool_nodes=0))
+        check_setting(random_trace(2, L=L, N=N, k=K, pool_nodes=0), replace(cfg, prefetch="draft"), profile())
     with pytest.raises(SimmoeError, match="oracle"):
-        check_prefetch_setting("oracle", profile=profile(), config=cfg, selectors=("specfit-prefetch",))
-    assert check_prefetch_setting("next-layer", profile=profile(), config=cfg, trace=trace) == "next-layer"
+        check_setting(trace, replace(cfg, selector="specfit-prefetch", prefetch="oracle"), profile())
+    check_setting(trace, replace(cfg, prefetch="next-layer"), profile())
+    # the copy engine composes with any cache policy and with batching: these used to be refused
+    for changes in ({"cache": "belady"}, {"cache": "static"}, {"batch": 2}):
+        res = replay(trace, replace(cfg, prefetch="draft", **changes), profile())
+        assert res.cycles["prefetched"].sum() == res.cycles["useful"].sum() + res.cycles["wasted"].sum()
+        assert res.summary()["output_tokens"] == trace.num_positions
 
 
 def test_replay_prefetch_reports_the_time_saved():
     prof = profile()
     trace = random_trace(3, num_requests=3, L=L, N=N, k=K, pool_nodes=8)
     cfg = ReplayConfig(selector="eagle3", slots=0, selector_ms=0.5)
-    res = replay_prefetch(trace, cfg, prof, "oracle")
-    base = replay_prefetch(trace, cfg, prof, "none")
+    res = replay(trace, replace(cfg, prefetch="oracle"), prof, paired=True)
+    base = replay(trace, cfg, prof)
     s = res.summary()
     decode_tokens = int(trace.requests.output_len.sum()) - len(trace.requests)
     saved = float(base.requests["decode_ms"].sum() - res.requests["decode_ms"].sum()) / decode_tokens

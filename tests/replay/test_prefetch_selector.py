@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,9 +13,7 @@ from hypothesis import strategies as st
 
 from simmoe.hardware.profile import load_profile
 from simmoe.replay.engine import ReplayConfig, replay
-from simmoe.replay.prefetch import replay_coupled
 from simmoe.replay.prefetch_selector import (
-    PrefetchView,
     SpecFitPrefetch,
     profile_discount,
     residency_weights,
@@ -81,8 +80,7 @@ def test_with_nothing_available_it_is_specfit(seed, nodes):
     plain, aware = make_selector("specfit", ctx), SpecFitPrefetch(ctx)
     for view in views(seed, n=nodes):
         a = plain.select(view)
-        empty = PrefetchView(**{f: getattr(view, f) for f in view.__dataclass_fields__ if f != "_pool"},
-                             available=lambda d: np.zeros((3, 8), dtype=bool))
+        empty = replace(view, _pool=None, available=lambda d: np.zeros((3, 8), dtype=bool))
         for b in (aware.select(view), aware.select(empty)):   # no cache state, or nothing on the device
             assert list(a.nodes) == list(b.nodes) and a.drafted_levels == b.drafted_levels
 
@@ -96,8 +94,7 @@ def test_its_selection_has_the_largest_discounted_ratio(seed, density):
     sel = SpecFitPrefetch(ctx)
     for view in list(views(seed, n=8))[:3]:
         avail = rng.random((3, 8)) < density
-        pv = PrefetchView(**{f: getattr(view, f) for f in view.__dataclass_fields__ if f != "_pool"},
-                          available=lambda d, avail=avail: avail)
+        pv = replace(view, _pool=None, available=lambda d, avail=avail: avail)
         choice = sel.select(pv)
         d = choice.drafted_levels
         within = [S for S in closed_subsets(view, 7) if all(view.levels[v] <= d for v in S)]
@@ -132,8 +129,8 @@ def test_replay_without_anything_on_the_device_equals_specfit():
 def test_replay_with_prefetch_is_lossless_and_counts_every_prefetch():
     prof = load_profile("a100-pcie-40gb").replace(num_layers=0)
     trace = random_trace(8, num_requests=3, L=3, N=16, k=2, pool_nodes=12)
-    cfg = ReplayConfig(selector="specfit-prefetch", slots=4, selector_ms=1.0)
-    res = replay_coupled(trace, cfg, prof, "draft")
+    cfg = ReplayConfig(selector="specfit-prefetch", slots=4, selector_ms=1.0, prefetch="draft")
+    res = replay(trace, cfg, prof)
     assert np.array_equal(np.bincount(res.cycles["request"], weights=res.cycles["committed"]),
                           trace.requests.output_len)
     assert res.cycles["prefetched"].sum() == res.cycles["useful"].sum() + res.cycles["wasted"].sum()

@@ -18,7 +18,7 @@ from scipy import stats
 
 from simmoe.errors import SimmoeError
 from simmoe.replay.engine import ReplayConfig, plan, replay
-from simmoe.replay.sampling import (
+from simmoe.trace.verdicts import (
     exact_accept_distribution,
     expected_accepted,
     inverse_cdf,
@@ -127,7 +127,7 @@ def test_replayed_acceptance_matches_the_exact_law(selector, K):
     profile = load_profile("a100-sxm-resident")
     pl = plan(trace, ReplayConfig(selector=selector, temperature=1.0, seed=11, slots=0, cache="none",
                                   hardware="a100-sxm-resident"), profile)
-    full = np.flatnonzero(pl.pool_size == len(parents))
+    full = np.flatnonzero(pl.cycles["pool_size"] == len(parents))
     chosen = {tuple(pl.selected_of(int(c))) for c in full}
     assert len(chosen) == 1                       # one pool, one selection
     nodes = np.array(next(iter(chosen)))
@@ -135,7 +135,7 @@ def test_replayed_acceptance_matches_the_exact_law(selector, K):
     by_len = np.zeros(int(levels.max()) + 1)
     for path, pr in law.items():
         by_len[len(path)] += pr
-    observed = np.bincount(pl.accepted[full], minlength=len(by_len))
+    observed = np.bincount(pl.cycles["accepted"][full], minlength=len(by_len))
     support = by_len > 0
     assert observed[~support].sum() == 0
     res = stats.chisquare(observed[support], by_len[support] * len(full))
@@ -169,7 +169,7 @@ def test_temperature_zero_is_greedy_and_replays_are_reproducible():
     plain = replay(random_trace(4, num_requests=2, output_len=(30, 40), pool_nodes=10), g, prof)
     # the fields attached change tokens and agreement, so compare against the trace's own greedy replay
     greedy = replay(trace, g, prof)
-    assert np.array_equal(greedy.cycles["accepted"], plan(trace, g, prof).accepted)
+    assert np.array_equal(greedy.cycles["accepted"], plan(trace, g, prof).cycles["accepted"])
     assert plain.summary()["cycles"] > 0
     t1 = ReplayConfig(selector="eagle3", slots=0, cache="none", selector_ms=0.0, temperature=1.0, seed=2)
     r1, r2 = replay(trace, t1, prof), replay(trace, t1, prof)

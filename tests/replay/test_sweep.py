@@ -131,3 +131,38 @@ def test_the_sweep_prints_a_summary_and_names_a_bad_profile_by_its_file(setup, t
     assert main(argv2) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "slow.toml" not in err
+
+
+def test_sweep_defaults_are_reproducible_and_follow_the_trace(setup, tmp_path, capsys):
+    """Without --selector-ms the exact searches are charged the profile's selector time, the top-K
+    rules nothing (as replay); without --hardware each trace gets the profile that can serve it."""
+    from simmoe.hardware.profile import load_profile
+    from simmoe.trace.io import write_trace
+
+    out = tmp_path / "d.csv"
+    argv = ["sweep", str(setup / "t31.parquet"), "-o", str(out), "--selectors", "eagle3,specfit",
+            "--slots", "4", "--hardware", str(setup / "fast.toml"), "--workers", "1", "--quiet"]
+    assert main(argv) == 0
+    frame = pd.read_csv(out).set_index("selector")
+    assert frame.loc["eagle3", "selector_ms_fixed"] == 0.0
+    assert frame.loc["specfit", "selector_ms_fixed"] == load_profile(setup / "fast.toml").selector_ms
+    first = out.read_bytes()
+    assert main([*argv, "--overwrite"]) == 0 and out.read_bytes() == first      # byte for byte
+    trace = random_trace(5, num_requests=1, output_len=(3, 4), pool_nodes=4, L=16, N=64, k=8)
+    trace.meta["geometry"]["name"] = "OLMoE-1B-7B-0924"
+    write_trace(trace, tmp_path / "olmoe.parquet")
+    capsys.readouterr()
+    assert main(["sweep", str(tmp_path / "olmoe.parquet"), "-o", str(tmp_path / "o.csv"), "--selectors",
+                 "ar,eagle3", "--slots", "4", "--workers", "1", "--quiet"]) == 0
+    assert set(pd.read_csv(tmp_path / "o.csv")["hardware"]) == {"olmoe-1b-7b@a100-pcie-40gb+pcie4-x16"}
+    assert "olmoe.parquet: no --hardware given" in capsys.readouterr().err
+
+
+def test_sweep_help_explains_every_option_and_refuses_a_negative_seed(setup, tmp_path, capsys):
+    from simmoe.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["sweep"]
+    assert all(a.help for a in sub._actions if a.dest != "help")
+    assert main(["sweep", str(setup / "t31.parquet"), "-o", str(tmp_path / "x.csv"), "--seed", "-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--seed -1: must be a non-negative integer" in err

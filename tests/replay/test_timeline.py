@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from simmoe.cli import main
 from simmoe.hardware.profile import load_profile
-from simmoe.replay.engine import ReplayConfig
-from simmoe.replay.prefetch import replay_prefetch
+from simmoe.replay.engine import ReplayConfig, replay
 from simmoe.replay.timeline import chrome_trace, merge_copies, overlaps, read_timeline, write_timeline
 
 
@@ -30,8 +29,8 @@ def profile(**changes):
 def test_timeline_file_has_no_overlap_on_any_engine(tmp_path_factory, seed, policy, c, slots, cv):
     prof = profile(copies_in_flight=c, copy_cv=cv)
     trace = random_trace(seed, num_requests=2, L=4, N=8, k=2, pool_nodes=8)
-    res = replay_prefetch(trace, ReplayConfig(selector="eagle3", slots=slots, selector_ms=0.5,
-                                              route_accuracy=0.7, seed=seed), prof, policy, timeline=True)
+    res = replay(trace, ReplayConfig(selector="eagle3", slots=slots, selector_ms=0.5, route_accuracy=0.7, seed=seed,
+                                     prefetch=policy), prof, timeline=True)
     path = tmp_path_factory.mktemp("tl") / "t.json"
     write_timeline(path, [("eagle3", res.timeline)], {"note": "test"})
     doc = read_timeline(path)
@@ -44,7 +43,7 @@ def test_timeline_file_has_no_overlap_on_any_engine(tmp_path_factory, seed, poli
     n_demand = sum(len(e["args"]["experts"]) for e in events if e["cat"] == "demand")
     n_prefetch = sum(len(e["args"]["experts"]) for e in events if e["cat"] == "prefetch")
     assert n_demand == res.cycles["misses"].sum()
-    assert n_prefetch == res.cycles["prefetched"].sum()
+    assert n_prefetch == (res.cycles["prefetched"].sum() if policy != "none" else 0)
     # the last event ends when the replay ends: prefills plus cycles
     total_ms = res.requests["prefill_ms"].sum() + res.cycles["cycle_ms"].sum()
     assert max(e["ts"] + e["dur"] for e in events) == pytest.approx(total_ms * 1e3, abs=0.01)
@@ -117,8 +116,6 @@ def test_timeline_written_by_the_command(files, capsys):
 @pytest.mark.parametrize("argv, message", [
     (("--prefetch", "soon"), "unknown prefetch policy 'soon'"),
     (("--prefetch", "draft", "--hardware", "RESIDENT"), "no copies to prefetch"),
-    (("--prefetch", "draft", "--batch", "2"), "--batch 2"),
-    (("--prefetch", "draft", "--cache", "static"), "--cache lru or none"),
     (("--timeline", "TL"), "--timeline needs --requests"),
     (("--prefetch", "oracle", "--selectors", "specfit-prefetch"), "cannot be combined"),
 ])
@@ -131,6 +128,17 @@ def test_bad_input_is_one_line_and_exit_2(files, capsys, argv, message):
         rc = run(files, *argv)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [("--batch", "2"), ("--cache", "static"), ("--cache", "belady"),
+                                  ("--timing", "simpy"), ("--timing", "closed")])
+def test_prefetch_now_combines_with_batching_any_cache_and_any_timing(files, capsys, argv):
+    # these combinations used to be refused (one line, exit 2); the copy engine now composes with each
+    assert run(files, "--slots", "4", "--selectors", "eagle3", "--prefetch", "draft", "--json", "-", *argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["results"]
+    assert row["prefetched_per_token"] > 0
+    assert row["prefetched_per_token"] == pytest.approx(row["useful_per_token"] + row["wasted_per_token"])
 
 
 def test_draft_prefetch_without_pools_is_refused(files, capsys):

@@ -66,15 +66,16 @@ def test_replay_all_in_workers_equals_one_process():
 
 
 def test_batched_and_prefetch_replays_in_workers_equal_one_process():
-    from simmoe.replay.batch import replay_all_batched
-    from simmoe.replay.prefetch import replay_all_prefetch
+    from dataclasses import replace
+
+    from simmoe.replay.engine import replay_all
 
     trace = random_trace(5, num_requests=4, pool_nodes=6)
-    configs = _configs()
     profiles = {"a100-pcie-40gb": load_profile("a100-pcie-40gb")}
-    _same_summaries(replay_all_batched(trace, configs, profiles, 2, workers=1),
-                    replay_all_batched(trace, configs, profiles, 2, workers=2))
-    cfgs = [ReplayConfig(selector=s, slots=3, selector_ms=0.5, route_accuracy=1.0) for s in ("eagle3", "specfit")]
-    policies = ["draft", "oracle"]
-    _same_summaries(replay_all_prefetch(trace, cfgs, profiles, policies, workers=1),
-                    replay_all_prefetch(trace, cfgs, profiles, policies, workers=2))
+    configs = [replace(c, batch=2) for c in _configs()]
+    _same_summaries(replay_all(trace, configs, profiles, workers=1),
+                    replay_all(trace, configs, profiles, workers=2))
+    cfgs = [ReplayConfig(selector=s, slots=3, selector_ms=0.5, route_accuracy=1.0, prefetch=p)
+            for s in ("eagle3", "specfit") for p in ("draft", "oracle")]
+    _same_summaries(replay_all(trace, cfgs, profiles, workers=1, paired=True),
+                    replay_all(trace, cfgs, profiles, workers=2, paired=True))

@@ -125,3 +125,37 @@ def test_bad_input_is_one_line_and_leaves_nothing(trace_files, tmp_path, capsys)
     afile.write_text("x")
     assert main(["report", "--traces", trace_files["gsm8k"], "--out", str(afile), "--quiet"]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_quick_report_has_every_table_and_figure_on_reduced_grids(trace_files, tmp_path, capsys):
+    from simmoe.report.experiments import QUICK, ReportSettings
+
+    out = tmp_path / "q"
+    assert main(["report", "--traces", trace_files["gsm8k"], trace_files["cnndm"], "--out", str(out),
+                 "--quick", "--workers", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    # not a terminal: one line per step (7 per trace), none per configuration
+    assert len(err) == 14 and not any("configurations" in ln for ln in err), err
+    files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    for t in ("gsm8k", "cnndm"):
+        assert {f"figures/{t}-{f}.png" for f in FIGS} <= files
+    args = json.loads((out / "report-args.json").read_text())
+    settings = ReportSettings.from_dict(args["settings"])
+    assert settings.quick and settings.requests == 1 and settings.prefetch_slots == QUICK["prefetch_slots"]
+    assert args["command"].endswith("--requests 1 --quick")
+    index = (out / "index.md").read_text()
+    assert "**QUICK**" in index
+    pre = pd.read_csv(out / "tables" / "gsm8k-prefetch.csv")
+    assert set(pre["slots"]) == set(QUICK["prefetch_slots"])
+    assert set(pre["route_accuracy"]) == set(QUICK["prefetch_accuracies"])
+    rep = pd.read_csv(out / "tables" / "gsm8k-replays.csv")
+    assert set(rep[rep["experiment"] == "slots"]["slots"]) == set(QUICK["slot_sweep"])
+
+
+def test_settings_of_an_older_report_read_with_the_full_grids():
+    from simmoe.report.experiments import ReportSettings
+
+    d = ReportSettings().to_dict()
+    for k in ("prefetch_accuracies", "prefetch_slots", "batches", "quick"):
+        d.pop(k)
+    assert ReportSettings.from_dict(d) == ReportSettings()

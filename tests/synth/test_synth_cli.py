@@ -131,5 +131,5 @@ def test_a_folder_as_output_is_one_line(tmp_path, capsys, flag):
     argv = ["synth", "--preset", "gsm8k", "--requests", "1", "--no-progress", flag, str(folder)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{flag}: cannot write {folder}: it is a folder" in err
+    assert err.count("\n") == 1 and f"{flag} {folder}: is a folder" in err
     assert list(folder.iterdir()) == []

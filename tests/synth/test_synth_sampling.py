@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from simmoe.cli import main
-from simmoe.replay.sampling import sampled_agree
 from simmoe.synth import PRESETS, generate
 from simmoe.synth.evict_presets import EVICT_POOL, MAT_T0, eagle3_mat
 from simmoe.trace.validate import validate_trace
+from simmoe.trace.verdicts import sampled_agree
 
 
 def small(name="qa", **changes):

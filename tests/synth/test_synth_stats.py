@@ -89,6 +89,16 @@ def test_committed_tokens_cover_each_request_exactly():
                           tr.requests.output_len)
 
 
+def test_forward_tokens_are_the_root_and_the_selected_nodes():
+    tr = random_trace(5, num_requests=2, pool_nodes=10)
+    rep = S.replay_eagle3(tr, K=3)
+    # top-3 by p of each pool, or the whole pool when it is smaller
+    sizes = np.diff(tr.node_ptr)[rep.cycles]
+    assert np.array_equal(rep.forward_tokens(), 1 + np.minimum(sizes, 3))
+    ar = S.replay_ar(tr)
+    assert np.array_equal(ar.forward_tokens(), np.ones(tr.num_positions, dtype=np.int64))
+
+
 def test_no_cache_copies_are_union_sizes():
     tr = generate(TINY, seed=4)
     ar = S.replay_ar(tr)

@@ -190,3 +190,30 @@ def test_bound_on_the_first_requests_equals_bound_on_a_trace_of_them(files, tmp_
     assert part["table5"] == whole["table5"]
     assert part["table5"]["cycles"] < sum(int(n) for n in trace.requests.output_len)
     assert main(["bound", tpath, "--hardware", ppath, "--requests", "0"]) == 2
+
+
+def test_bound_on_an_ar_only_trace_says_the_table_is_degenerate(tmp_path, capsys):
+    from simmoe.trace.io import write_trace
+
+    path = tmp_path / "ar.parquet"
+    write_trace(random_trace(1, num_requests=2, pool_nodes=0), path)
+    ppath = tmp_path / "p.toml"
+    ppath.write_text(PROFILE)
+    assert main(["bound", str(path), "--hardware", str(ppath), "--quiet"]) == 0
+    assert "Note: AR-only trace: no draft trees" in capsys.readouterr().out
+    assert "AR-only trace" in run_json(capsys, "bound", str(path), "--hardware", str(ppath), "--quiet")["note"]
+    path2 = tmp_path / "t.parquet"
+    write_trace(random_trace(1, num_requests=2, pool_nodes=4), path2)
+    assert "note" not in run_json(capsys, "bound", str(path2), "--hardware", str(ppath), "--quiet")
+
+
+def test_bound_without_hardware_follows_the_trace(tmp_path, capsys):
+    from simmoe.trace.io import write_trace
+
+    trace = random_trace(2, num_requests=1, output_len=(3, 4), pool_nodes=4, L=16, N=64, k=8)
+    trace.meta["geometry"]["name"] = "OLMoE-1B-7B-0924"
+    write_trace(trace, tmp_path / "o.parquet")
+    assert main(["bound", str(tmp_path / "o.parquet"), "--quiet", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["hardware"] == "olmoe-1b-7b@a100-pcie-40gb+pcie4-x16"
+    assert "using olmoe-1b-7b@a100-pcie-40gb+pcie4-x16" in err

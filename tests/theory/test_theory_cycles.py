@@ -91,7 +91,7 @@ def test_cycle_starts_match_the_replay_engine():
 
     plan = engine.plan(trace, engine.ReplayConfig(selector="specfit", slots=48), Profile())
     cycles = specfit_cycles(trace, cost)
-    assert [c.row for c in cycles] == plan.row.tolist()
-    assert [c.drafted_levels for c in cycles] == plan.drafted_levels.tolist()
-    assert [c.committed for c in cycles] == plan.committed.tolist()
-    assert [len(c.selection.nodes) for c in cycles] == plan.draft_nodes.tolist()
+    assert [c.row for c in cycles] == plan.cycles["row"].tolist()
+    assert [c.drafted_levels for c in cycles] == plan.cycles["drafted_levels"].tolist()
+    assert [c.committed for c in cycles] == plan.cycles["committed"].tolist()
+    assert [len(c.selection.nodes) for c in cycles] == plan.cycles["draft_nodes"].tolist()

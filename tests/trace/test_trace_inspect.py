@@ -98,3 +98,13 @@ def test_progress_on_a_terminal_only(tmp_path, small_trace, capsys, monkeypatch)
     assert "inspect:" in shown.err and json.loads(shown.out) == json.loads(captured.out)
     assert main(["inspect", str(path), "--json", "--no-progress"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_each_provenance_fact_is_shown_once(capsys):
+    """A synthetic trace's note repeats its fitted figures: inspect prints them once."""
+    assert main(["inspect", str(ROOT / "traces" / "gsm8k.parquet"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.replace("│", " ").split())
+    assert flat.count("EAGLE-3 committed tokens per cycle 4.35") == 1
+    assert flat.count("not recorded on hardware") == 1
+    assert not any(line != line.rstrip() for line in out.splitlines())     # no trailing blanks

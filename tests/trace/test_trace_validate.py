@@ -391,3 +391,14 @@ def test_row_moved_to_the_next_request_is_a_position_error_not_a_route_error(tmp
         read_trace(path)
     assert e.value.field in ("pos_index", "pos_request", "requests.output_len")
     assert "root_routes" not in str(e.value)
+
+
+@settings(max_examples=50, deadline=None)
+@given(sizes=st.lists(st.integers(0, 4), min_size=1, max_size=12))
+def test_node_index_maps_flat_ids_to_their_pool(sizes):
+    from simmoe.trace.node_index import node_in_pool, row_of_node
+
+    node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    flat = [(row, j) for row, n in enumerate(sizes) for j in range(n)]   # empty pools own no id
+    for m, (row, j) in enumerate(flat):
+        assert (row_of_node(m, node_ptr), node_in_pool(m, node_ptr)) == (row, j)

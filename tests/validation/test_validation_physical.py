@@ -221,3 +221,38 @@ def test_why_explains_table6_misses():
     text = " ".join(section_why(evict_table6.SECTION, val, _Pred(res, rows)))
     assert "QA batch 4: C(32)/C(1) 2.00" in text and "batch 64: C(32)/C(1) 2.00" in text
     assert "published +5.1 %" in text
+
+
+def test_the_served_iteration_finding_reads_the_term_and_the_published_iterations():
+    """Per method: the serving time a published iteration needs beyond the simulated one less the term."""
+    from simmoe.hardware.physical import overheads_for
+    from simmoe.validation.published.why import section_why
+
+    term = overheads_for("sglang-a100", "qwen3-30b-a3b")[0].spec_iteration_ms
+    hw = "qwen3-30b-a3b@a100-sxm4-80gb"
+    res = {}
+    sims = {"ar": (140.0, 1.0, 7.0, 1.0), "eagle3": (230.0, 3.0, 20.0, 32.0), "ddd": (230.0, 3.0, 20.0, 10.0),
+            "evict": (240.0, 2.0, 11.0, 6.0)}   # tokens/s, Mat, ms per iteration, verified tokens
+    for bench in ("alpaca", "gsm8k", "humaneval", "qa", "mt_bench", "cnndm"):
+        for sel, (tps, mat, ms, nodes) in sims.items():
+            key = run_key("qwen3-30b-a3b", bench, sel)
+            summ = {"decode_tps": tps, "committed": mat, "mat": mat, "ms_per_cycle": ms, "draft_nodes": nodes,
+                    "drafted_levels": 4.0}
+            res[key] = RunResult(Run(key, "t", sel, 0, hw), summ, {"evict_c1": 6.0, "evict_cK": 13.0})
+    rows = evict_physical.rows(PUB, res, {}, {})[:-9]
+    mine = [r for r in rows if r.section == evict_physical.SECTION and r.role == "validate"]
+    text = " ".join(section_why(evict_physical.SECTION, mine, _Pred(res, rows)))
+    t1, t2 = PUB["evict"]["table1_qwen3_30b_a3b_t0"], PUB["evict"]["table2_mat_qwen3_30b_a3b_t0"]
+    e3 = next(r for r in t1["rows"] if r[0] == "eagle3")
+    within = sum(abs(230.0 / e3[t1["columns"].index(b)] - 1) <= 0.10 for b in ("alpaca", "gsm8k", "humaneval",
+                                                                                "mt_bench", "cnndm"))
+    assert f"spec_iteration_ms = {term:.2f} ms (fitted here" in text and f"EAGLE-3 {within} of 5" in text
+    need = {}
+    for sel in ("eagle3", "evict"):     # published iteration (Mat / tokens/s) less the simulated one without the term
+        row1 = next(r for r in t1["rows"] if r[0] == sel)
+        need[sel] = [1000.0 * r2[t2["columns"].index(sel)] / row1[t1["columns"].index(r2[0])] - (sims[sel][2] - term)
+                     for r2 in t2["rows"] if (sel, r2[0]) != ("eagle3", "qa")]   # the fitted row is left out
+    assert f"need {min(need['eagle3']):.1f} to {max(need['eagle3']):.1f} ms per EAGLE-3 iteration" in text
+    assert f"{min(need['evict']):.1f} to {max(need['evict']):.1f} ms per EVICT iteration (6.0 verified)" in text
+    # EVICT's tokens/s misses split into Mat ratio and iteration-time ratio
+    assert "EVICT's misses as Mat ratio × published over simulated iteration time" in text

@@ -3,7 +3,7 @@
 Validation: decode tokens/s of vanilla, EAGLE-3, DDD and EVICT (Table 1),
 EVICT's gain over EAGLE-3 (goal: within 5 percentage points) and the Mat of
 EAGLE-3 and EVICT (Table 2; goal: within 5%), replayed with sampled
-verification at temperature 1 (:mod:`simmoe.replay.sampling`).  Fit, apart
+verification at temperature 1 (:mod:`simmoe.trace.verdicts`).  Fit, apart
 (CALIBRATION.md, ``fit_in_evict_tables``): EAGLE-3's Mat at temperature 0 on
 the four EVICT presets (their ``easy_share``) and QA's EAGLE-3 Mat at
 temperature 1 (``target_spread``).  GSM8K's and CNN/DM's temperature-0 rows

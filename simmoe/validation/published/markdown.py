@@ -71,9 +71,10 @@ def _published_counters(row: Row, pub: dict) -> dict | None:
     """The published counters row of the configuration behind ``row`` (Tables 2–4), if any."""
     if row.run is None:
         return None
-    prefix, hw, method, slots = (row.run.split("/") + [None])[:4]
+    parts: list[str | None] = [*row.run.split("/"), None]
+    prefix, hw, method, slots = parts[:4]
     table = {"cnndm": pub["specfit"]["table2_cnndm_a100"], "gsm8k": pub["specfit"]["table3_gsm8k_a100"],
-             "gsm8k-odd": pub["specfit"]["table4_gsm8k_rtx4090"] if hw == "4090" else None}.get(prefix)
+             "gsm8k-odd": pub["specfit"]["table4_gsm8k_rtx4090"] if hw == "4090" else None}.get(prefix or "")
     if table is None or slots is None:
         return None
     cache = slots != "0"
@@ -97,7 +98,7 @@ def _diagnostics(pred: Predictions) -> str:
                      num(s["drafted_levels"]), num(s["cycles"], 0), num(s["ms_per_cycle"]),
                      num(x["draft_ms"]), num(x["selector_ms"]), num(x["forward_ms"]),
                      num(x["union_per_layer"], 1), num(x["misses_per_cycle"], 1),
-                     num(s["h2d_per_token"]), num(s["hit_rate"])])
+                     num(s.get("h2d_per_token")), num(s.get("hit_rate"))])   # none in the resident regime
     return md_table(["run (trace/profile/selector/slots)", "decode TPS", "committed", "draft nodes",
                      "drafted levels", "cycles", "ms/cycle", "draft ms", "selector ms", "forward ms",
                      "union/layer", "copies/cycle", "H2D/token", "hit rate"], body)

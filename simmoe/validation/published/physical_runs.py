@@ -18,7 +18,7 @@ EAGLE-3 Mat).  What may be fitted per CALIBRATION.md's EVICT section
   non-decreasing and interpolated); Hunyuan-7B has no published Mat and
   replays the presets (a prediction);
 * vanilla tokens/s on QA per model and Table 6's vanilla QA row: the cost
-  model's ``step_ms`` (``physical_fit.toml``, :mod:`simmoe.hardware.physfit`).
+  model's ``step_ms`` (``physical_fit.toml``, :mod:`simmoe.fitting.physical_fit`).
 
 * at temperature 1, vanilla tokens/s on QA per model again (setting
   ``sglang-a100-t1``); nothing else: the batch-1 traces of the three models
@@ -42,7 +42,7 @@ EVICT at batch 4–64 with continuous batching on ``qwen3-30b-a3b@GPU~vllm-table
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -108,7 +108,7 @@ def mat_source(model: str, temperature: int) -> tuple[str, str, str] | None:
     if temperature:
         return T1_MAT.get(model)
     table, col = MODELS[model][1], MODELS[model][2]
-    return None if table is None else (table, col, col.replace("eagle3", "evict"))
+    return None if table is None or col is None else (table, col, col.replace("eagle3", "evict"))
 
 
 def mat_fitted_t1(model: str, bench: str) -> str | None:
@@ -149,7 +149,7 @@ def mat_fitted(model: str, bench: str) -> str | None:
 def _params(model: str, bench: str, position: float | None):
     from simmoe.hardware.catalogue import load_model, with_model
     from simmoe.synth import preset
-    from simmoe.validation.published.settings import EVICT_POOL
+    from simmoe.synth.evict_presets import EVICT_POOL
 
     pr = preset(bench)
     params, fitted = with_model(pr.params, pr.fitted_to, load_model(model), bench)
@@ -205,8 +205,8 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     """Generate the workloads, replay every run; ``(results by key, traces by name, fits)``."""
     from simmoe.hardware.physical import load_settings
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.batch import evict_table, replay_all_batched
     from simmoe.replay.engine import ReplayConfig, replay_all
+    from simmoe.replay.selection import evict_table
     from simmoe.validation.published.runs import Run, RunResult, _extra
 
     sizes = sizes_for(settings)
@@ -216,9 +216,8 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     traces: dict = {}
 
     def replay_set(trace, name, model, bench, configs, batch, profiles):
-        runner = replay_all if batch == 1 else (lambda t, c, p, workers: replay_all_batched(t, c, p, batch,
-                                                                                            workers=workers))
-        out = runner(trace, configs, profiles, workers=settings.workers)
+        configs = [replace(c, batch=batch) for c in configs]
+        out = replay_all(trace, configs, profiles, workers=settings.workers)
         for c, res in zip(configs, out, strict=True):
             key = run_key(model, bench, c.selector, batch, int(c.temperature))
             run = Run(key, name, c.selector, 0, c.hardware)

@@ -59,9 +59,10 @@ class Row:
         if self.goal in ("trend", "batch_trend"):
             return "PASS" if str(self.simulated).startswith(("increasing", "reproduced")) else "MISS"
         err = self.error
-        if err is None:
+        limit = GOALS[self.goal][1]
+        if err is None or limit is None:
             return "MISS"
-        return "PASS" if abs(err) <= GOALS[self.goal][1] + 1e-9 else "MISS"
+        return "PASS" if abs(err) <= limit + 1e-9 else "MISS"
 
 
 # A source of rows: (published figures, run results by key, Table 5 by dataset,

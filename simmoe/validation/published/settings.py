@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from simmoe.synth.evict_presets import EVICT_POOL  # EVICT App. C.4's pool, beside the presets drafted with it
 from simmoe.trace.schema import PoolShape
 
 # SpecFit §4.6: median selector time per cycle (GSM8K, CNN/DM); the top-K rules
 # (EAGLE-3, EVICT's prefix) are charged nothing, AR has no selector.
 SPECFIT_SELECTOR_MS = {"gsm8k": 2.82, "cnndm": 1.43}
-# EVICT App. C.4: EAGLE-3 tree with steps = 4, topk = 8, 32 draft tokens.
-EVICT_POOL = PoolShape(expand_topk=8, depth=4, max_nodes=32, K=32)
 A100, RTX4090, RESIDENT = "a100-pcie-40gb", "rtx4090-24gb", "a100-sxm-resident"
 SLOTS_A100, SLOTS_4090 = 48, 32
 ROUTE_ACCURACY = 0.6
@@ -58,6 +57,7 @@ class Settings:
     evict_requests: dict = field(default_factory=lambda: {"gsm8k": 20, "cnndm": 10})
 
     def workloads(self) -> list[Workload]:
+        sizes: dict[str, int | None]
         if self.quick:
             sizes = {"gsm8k": 4, "cnndm": 2}
             evict = {"gsm8k": 2, "cnndm": 1}
@@ -72,6 +72,6 @@ class Settings:
 
 def published() -> dict:
     """The published figures with their roles (embedded copy of ``shared/data/published.json``)."""
-    from simmoe.report.published import PUBLISHED
+    from simmoe.published import PUBLISHED
 
     return PUBLISHED

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -52,6 +53,13 @@ def _rng(values, fmt="{:.1f}") -> str:
     v = sorted(values)
     return fmt.format(v[0]) if len(v) == 1 or fmt.format(v[0]) == fmt.format(v[-1]) else \
         f"{fmt.format(v[0])} to {fmt.format(v[-1])}"
+
+
+def _num(x) -> float:
+    """A row's published or simulated value as a number (rows that reach a sentence hold numbers)."""
+    if not isinstance(x, (int, float)):
+        raise TypeError(f"not a number: {x!r}")
+    return float(x)
 
 
 def _names(benches) -> str:
@@ -119,7 +127,9 @@ def _gain_split(pred, b: Bench) -> dict | None:
 
 def _gain_sentences(pred, benches: list[Bench], missed: set[str]) -> list[str]:
     """Which factor of EVICT's gain departs from the paper's, on the benchmarks whose gain missed."""
-    by_mat, by_cyc, parts = [], [], []
+    by_mat: list[str] = []
+    by_cyc: list[str] = []
+    parts: list[str] = []
     for b in benches:
         if b.name not in missed:
             continue
@@ -279,9 +289,9 @@ def _implied_cycle_sentence(rows: list[Row], pred, benches: list[Bench]) -> list
     tps = [r for r in rows if r.goal == "tps" and r.status == "MISS"]
     if not cyc or not tps:
         return []
-    gaps = [float(r.published) - float(r.simulated) for r in cyc]
+    gaps = [_num(r.published) - _num(r.simulated) for r in cyc]
     errs = [r.error for r in cyc]
-    step = None
+    step, term = None, 0.0
     for b in benches:
         ar = pred.runs.get(b.keys["ar"])
         if ar is not None:
@@ -289,7 +299,9 @@ def _implied_cycle_sentence(rows: list[Row], pred, benches: list[Bench]) -> list
             from simmoe.hardware.profile import load_profile
 
             try:
-                step = load_profile(ar.run.hardware).commit_ms
+                prof = load_profile(ar.run.hardware)
+                step = prof.commit_ms
+                term = prof.physical.o.spec_iteration_ms if prof.physical is not None else 0.0
             except ProfileError:
                 step = None
             break
@@ -298,9 +310,10 @@ def _implied_cycle_sentence(rows: list[Row], pred, benches: list[Bench]) -> list
             f"Mat imply (Mat / tokens/s), i.e. {_rng(gaps, '{:.1f}')} ms per cycle unexplained.")
     if step is not None:
         text += (f" A simulated cycle is drafting + the forward over the verified tokens + step_ms = {step:.2f} ms "
-                 "(the serving cost fitted to vanilla QA); EVICT's served speculative cycle costs more than that "
-                 f"plus its own profiled C(k) (on QA, Table 4's C(32) = {_c32():.2f} ms), and no figure that may be "
-                 "fitted identifies the difference.")
+                 "(the serving cost fitted to vanilla QA)"
+                 + (f" + spec_iteration_ms = {term:.2f} ms per speculative iteration (the one serving term fitted "
+                    "to a speculative figure)" if term > 0 else "")
+                 + f"; Table 4's C(32) on QA is {_c32():.2f} ms.")
     return [text]
 
 
@@ -349,11 +362,17 @@ def _why_resident(rows, pred, datasets, temperature: int, sampled: bool) -> list
 
 
 def _why_physical(rows, pred, model: str, temperature: int) -> list[str]:
+    from simmoe.validation.published.evict_physical import is_spec_fit
     from simmoe.validation.published.physical_runs import BENCHES
+    from simmoe.validation.published.why_served import served_sentences
 
     pub = published()
     benches = [b for b in (_physical(pub, model, ds, temperature) for ds in BENCHES) if b.keys["evict"] in pred.runs]
     out = _vanilla_sentence(rows, benches) + _implied_cycle_sentence(rows, pred, benches)
+    if any(r.goal == "tps" and r.status == "MISS" for r in rows):
+        here = None if is_spec_fit(model, "eagle3", temperature) else \
+            (_model_label(model) + (" at temperature 1" if temperature else ""))
+        out += served_sentences(pred, benches, here, BENCH_NAMES.get)
     gains = _missed(rows, "gain")
     mats_v = _mat_missed(rows, "evict")
     ck = _ck_runs(pred, benches, _model_label(model) + _tp_label(model))
@@ -378,8 +397,8 @@ def _vanilla_sentence(rows: list[Row], benches: list[Bench]) -> list[str]:
     return ["Vanilla: one step_ms per model and temperature, fitted to QA's vanilla tokens/s, serves every "
             "benchmark, whose simulated vanilla then differs only through its context lengths "
             f"({_rng([r.simulated for r in van])} tokens/s); the published vanilla of "
-            + ", ".join(f"{BENCH_NAMES[r.quantity.split(':')[0]]} is {r.published:.1f} tokens/s, "
-                        f"{_pct(r.published / qa - 1)} from QA's {qa:.1f}" for r in miss) + "."]
+            + ", ".join(f"{BENCH_NAMES[r.quantity.split(':')[0]]} is {_num(r.published):.1f} tokens/s, "
+                        f"{_pct(_num(r.published) / qa - 1)} from QA's {qa:.1f}" for r in miss) + "."]
 
 
 def _model_label(model: str) -> str:
@@ -463,7 +482,9 @@ def _why_table6(rows, pred) -> list[str]:
                    "implies by " + "; ".join(per) + ". The batched step is one forward over every request's "
                    "tokens plus the step_ms fitted to vanilla QA at every batch size; the Mat behind the implied "
                    "step is Table 2's (SGLang, batch 1), not measured under vLLM.")
-    parts, flat, over = {}, [], []
+    parts: dict[str, list[str]] = {}
+    flat: list[tuple] = []
+    over: list[tuple] = []
     for r in rows:
         if r.goal != "gain" or r.status != "MISS":
             continue
@@ -536,7 +557,7 @@ def _registry() -> dict[str, Callable[[list[Row], object], list[str]]]:
     )
     from simmoe.validation.published.sampled_runs import DATASETS, NEW
 
-    reg = {
+    reg: dict[str, Callable[[list[Row], object], list[str]]] = {
         evict_resident.SECTION: lambda rows, p: _why_resident(rows, p, evict_resident.DATASETS, 0, False),
         evict_sampled.SECTION: lambda rows, p: _why_resident(rows, p, DATASETS, 1, True),
         evict_sampled.SECTION_T0: lambda rows, p: _why_resident(rows, p, NEW, 0, True),
@@ -546,9 +567,9 @@ def _registry() -> dict[str, Callable[[list[Row], object], list[str]]]:
         evict_tables7_9.TITLES["hunyuan-7b"]: _why_hunyuan,
     }
     for model in ("ling-flash-2.0", "qwen3-235b-a22b"):
-        reg[evict_tables7_9.TITLES[model]] = lambda rows, p, m=model: _why_physical(rows, p, m, 0)
-        reg[evict_tables7_9.TITLES_T1[model]] = lambda rows, p, m=model: _why_physical(rows, p, m, 1)
-        reg[evict_mat10_11.TITLES[model]] = lambda rows, p, m=model: _why_mat10_11(rows, p, m)
+        reg[evict_tables7_9.TITLES[model]] = partial(_why_physical, model=model, temperature=0)
+        reg[evict_tables7_9.TITLES_T1[model]] = partial(_why_physical, model=model, temperature=1)
+        reg[evict_mat10_11.TITLES[model]] = partial(_why_mat10_11, model=model)
     return reg
 
 

@@ -1,4 +1,4 @@
-"""The readable reference of the prefetch model: the rules of :mod:`simmoe.replay.prefetch` in simpy.
+"""The readable reference of the prefetch model: the rules of :mod:`simmoe.replay.copy_engine` in simpy.
 
 Slow and literal, for the tests (tests/replay/test_prefetch.py): every copy
 lane, drafting level, attention and expert is a simpy process; the cache is
@@ -8,23 +8,101 @@ has no room), where the fast model leaves such jobs out when it queues.
 Prefill is timed by :func:`simmoe.replay.timing.simpy_forward`, as without
 prefetch.
 
-``reference_replay(timer, L, N, slots, policy, items)`` takes the same
-:class:`~simmoe.replay.prefetch.CycleInput` objects as the fast model
-(``items``: ``("prefill", prompt_len, demand)`` or ``("cycle", CycleInput)``)
-and returns, per item, ``(ms, hits, misses)`` for a prefill and a
-:class:`~simmoe.replay.prefetch.CycleOutcome` for a cycle.  ``timer`` is a
-fresh :class:`~simmoe.replay.timing.CycleTimer` (its random stream gives the
-demand copies' durations, in the same order as the fast model's).
+``reference_replay(timer, L, N, slots, policy, items)`` takes :class:`CycleInput`
+items (``items``: ``("prefill", prompt_len, demand)`` or ``("cycle", CycleInput)``;
+:func:`reference_items` converts a batch-1 :class:`~simmoe.replay.schedule.Schedule`
+into them) and returns, per item, ``(ms, hits, misses)`` for a prefill and a
+:class:`CycleOutcome` for a cycle.  ``policy`` is the prefetch policy's name
+(``none``, ``draft``, ``next-layer`` or ``oracle``); ``timer`` is a fresh
+:class:`~simmoe.replay.timing.CycleTimer` (its random stream gives the demand
+copies' durations, in the same order as the replay's).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 import numpy as np
 
-from simmoe.replay.prefetch import PREFETCH_SEED_SALT, CycleOutcome
+from simmoe.replay.copy_engine import PREFETCH_SEED_SALT
 from simmoe.replay.timing import simpy_forward
+
+
+@dataclass
+class CycleInput:
+    """One verification cycle as the reference sees it.
+
+    ``demand``: bool [L, N], the forward's true expert union (Eq. 1).
+    ``root_pred`` [L, k] and ``node_pred`` [n, L, k]: predicted routes of the
+    root and of the pool's nodes; ``node_level``, ``node_p``: the pool's levels
+    and path probabilities; ``selected``: pool-local ids of S (ascending).
+    """
+
+    levels: int
+    selector_ms: float
+    n_tokens: int
+    demand: np.ndarray
+    root_pred: np.ndarray | None = None
+    node_pred: np.ndarray | None = None
+    node_level: np.ndarray | None = None
+    node_p: np.ndarray | None = None
+    selected: np.ndarray | None = None
+    root_true: np.ndarray | None = None     # true routes of the root [L, k] (oracle)
+    node_true: np.ndarray | None = None     # true routes of the pool's nodes [n, L, k] (oracle)
+
+
+@dataclass
+class CycleOutcome:
+    draft_ms: float
+    selector_ms: float
+    forward_ms: float
+    commit_ms: float
+    hits: int
+    misses: int
+    prefetched: int
+    useful: int
+    wasted: int
+
+
+def charged_selector_ms(schedule, config, step) -> float:
+    """The selector time the replay charges to ``step`` (none without a drafter, fixed, or measured)."""
+    if not schedule.selector_uses_time:
+        return 0.0
+    if config.selector_ms is not None:
+        return float(config.selector_ms)
+    return float(step.selector_ms if config.selector_clock == "wall" else step.selector_cpu_ms)
+
+
+def reference_items(trace, schedule, config, with_routes: bool = True) -> list:
+    """A batch-1 schedule's forwards in replay order, as :func:`reference_replay` takes them.
+
+    ``("prefill", prompt_len, demand)`` per admitted request, ``("cycle", CycleInput)``
+    per step.  Predicted routes come from the route predictor of ``config`` (the
+    selectors' and prefetch policies' own), the true routes from the trace.
+    """
+    from simmoe.replay.route_prediction import RoutePredictor
+    from simmoe.replay.schedule import Prefill
+
+    predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
+    items: list = []
+    for ev in schedule.events_iter():
+        if isinstance(ev, Prefill):
+            items.append(("prefill", int(schedule.prompt_len[ev.request]), trace.prefill_demand(ev.request)))
+            continue
+        if len(ev.requests) != 1:
+            raise ValueError("the reference replays one request per step (batch 1)")
+        inp = CycleInput(levels=int(ev.levels), selector_ms=charged_selector_ms(schedule, config, ev),
+                         n_tokens=int(ev.tokens), demand=np.asarray(ev.demand, dtype=bool))
+        if with_routes:
+            row = int(ev.rows[0])
+            s = trace.pool_slice(row)
+            inp.root_pred, inp.node_pred = predictor.predict(row, trace.root_routes[row], trace.node_routes[s])
+            inp.node_level, inp.node_p = trace.node_level[s], trace.node_p[s]
+            inp.selected = np.asarray(ev.nodes[0], dtype=np.int64)
+            inp.root_true, inp.node_true = trace.root_routes[row], trace.node_routes[s]
+        items.append(("cycle", inp))
+    return items
 
 
 def reference_replay(timer, L: int, N: int, slots: int, policy: str, items, staging: int | None = None) -> list:

@@ -1,4 +1,11 @@
-"""Sampled tree verification (temperature > 0), lossless in distribution.
+"""Sampled tree verification (temperature > 0), lossless in distribution: the verdicts a trace implies.
+
+The verdict of every pool node is computed from what the trace records (the
+target's distribution at each node, :mod:`simmoe.trace.sampling`) and a seed
+alone, so it sits with the trace: the replay's verification stage
+(:mod:`simmoe.replay.verification`), the synthetic presets' fit of Mat at
+temperature 1 (:mod:`simmoe.synth.evict_presets`) and ``hwprobe``'s live
+sampling draw with the same numbers.
 
 **The rule** (EVICT §2.1, Eq. 3; EAGLE-2/3's ``evaluate_posterior``, which
 is multi-draft speculative sampling with the proposal of each tried child a
@@ -76,7 +83,7 @@ def uniforms(seed: int, key, position) -> np.ndarray:
     with np.errstate(over="ignore"):
         k = np.asarray(key, dtype=np.uint64)
         pos = np.asarray(position, dtype=np.int64).astype(np.uint64)
-        x = _mix(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN)
+        x = _mix(np.asarray(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN))
         x = _mix(x ^ k)
         x = _mix((x + _GOLDEN) ^ pos)
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

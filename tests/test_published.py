@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simmoe.report.published import PUBLISHED
+from simmoe.published import PUBLISHED
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_embedded_copy_is_current():

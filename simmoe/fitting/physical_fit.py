@@ -1,6 +1,6 @@
 """Fit the physical cost model's overhead terms to the figures CALIBRATION.md allows, and nothing else.
 
-``python -m simmoe.hardware.physfit --out simmoe/hardware/data/physical_fit.toml``
+``python -m simmoe.fitting.physical_fit --out simmoe/hardware/data/physical_fit.toml``
 writes the fitted settings the profiles ``MODEL@GPU[...]`` read
 (:mod:`simmoe.hardware.physical`).  What is fitted, to what:
 
@@ -16,8 +16,16 @@ writes the fitted settings the profiles ``MODEL@GPU[...]`` read
   EVICT Tables 1, 7, 8, 9 at temperature 0) less the model's physical forward
   over one token (top-k experts per layer; tensor parallelism 4 for
   Ling-flash-2.0, 8 for Qwen3-235B-A22B, EVICT App. C.4);
-* setting ``sglang-a100-t1`` (the same runs sampling at temperature 1): η and
-  ``forward_ms`` carried over, and per target model with a temperature-1
+  and one ``spec_iteration_ms`` for the setting: the serving time of a
+  speculative iteration beyond drafting, the verification forward and
+  ``step_ms``, fitted to Table 1's EAGLE-3 tokens/s on QA at temperature 0
+  for Qwen3-30B-A3B (152.8) by replaying EAGLE-3 on the QA workload, whose Mat
+  is the fitted one (:func:`fit_spec_iteration`; ``fit_in_evict_tables``
+  allows this one speculative figure); the other models take it as a
+  prediction;
+* setting ``sglang-a100-t1`` (the same runs sampling at temperature 1): η,
+  ``forward_ms`` and ``spec_iteration_ms`` carried over (the last a
+  prediction at temperature 1), and per target model with a temperature-1
   vanilla figure (Tables 1, 7, 8 at temperature 1: not Hunyuan-7B) ``step_ms``
   fitted the same way to its vanilla QA tokens/s at temperature 1
   (``fit_in_evict_tables`` allows vanilla QA per model *and* temperature);
@@ -25,7 +33,9 @@ writes the fitted settings the profiles ``MODEL@GPU[...]`` read
   η and ``forward_ms`` carried over, and for each catalogued data-centre GPU
   one ``step_ms`` fitted to the vanilla QA tokens/s at every batch size (the
   batched step cost, which ``fit_in_evict_tables`` allows); the GPU with the
-  smallest error is kept (a discrete fitted choice, reported with the others).
+  smallest error is kept (a discrete fitted choice, reported with the others);
+  no speculative serving term: vLLM is another serving loop, and no Table 6
+  speculative figure may be fitted.
 
 ``draft_step_ms`` is not fitted (EVICT publishes no drafting time): 0.3 ms per
 drafted level plus the head's physical time, an assumption; nor is the
@@ -45,6 +55,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +76,8 @@ TABLE1_T1 = {  # model key -> the table holding its temperature-1 vanilla row (H
 }
 T1_SETTING = "sglang-a100-t1"
 TABLE6_GPUS = ("a100-sxm4-80gb", "h100-sxm", "h200")
+SPEC_MODEL = "qwen3-30b-a3b"   # the model of the one speculative figure that may be fitted (Table 1, QA, T = 0)
+SPEC_REQUESTS = 20             # its QA workload: the validation report's (physical_runs.PhysicalSizes)
 UNION_REQUESTS = 6        # requests per EVICT-shaped trace for the union curves
 UNION_SAMPLES = 192       # profiled positions per trace
 
@@ -84,12 +97,12 @@ def vanilla_qa(pub: dict, model: str, temperature: int = 0) -> float:
     raise SimmoeError(f"no vanilla QA row for {model} at temperature {temperature}")
 
 
-def evict_traces(model_key: str, requests: int = UNION_REQUESTS, seed: int = 0, node_routes: bool = True,
+def evict_traces(model_key: str, requests: int | None = UNION_REQUESTS, seed: int = 0, node_routes: bool = True,
                  pool=None):
     """EVICT-shaped synthetic traces (GSM8K and CNN/DM presets) with ``model_key``'s geometry."""
     from simmoe.hardware.catalogue import load_model, with_model
     from simmoe.synth import generate, preset
-    from simmoe.validation.published.settings import EVICT_POOL
+    from simmoe.synth.evict_presets import EVICT_POOL
 
     spec = load_model(model_key)
     out = []
@@ -189,7 +202,7 @@ def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None 
         u, c = union_states(traces, 0, samples=24, batch=B, seed=B)
         states[B] = (u[:, 0, :], c)
     model = served_model(load_model("qwen3-30b-a3b"), served_dtype)
-    fits = {}
+    fits: dict[str, dict] = {}
     for g in TABLE6_GPUS:
         gpu = load_gpu(g)
 
@@ -210,20 +223,90 @@ def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None 
                    "max_abs_err_pct": float(100 * np.max(np.abs(err))),
                    "rms_err_pct": float(100 * np.sqrt(np.mean(err ** 2)))}
         log(f"  {g}: step {res.x[0]:.3f} ms, rms error {fits[g]['rms_err_pct']:.1f}%")
-    best = min(fits, key=lambda g: fits[g]["rms_err_pct"])
+    best = min(fits, key=lambda g: float(fits[g]["rms_err_pct"]))
     unions = {B: round(float(states[B][0].mean()), 2) for B in batches}
     return {"gpu": best, "fits": fits, "batches": batches, "target": target.tolist(), "union_per_layer": unions}
 
 
+def eagle3_qa(pub: dict) -> float:
+    """Table 1's EAGLE-3 tokens/s on QA at temperature 0 for Qwen3-30B-A3B (the one speculative fit figure)."""
+    table = pub["evict"][TABLE1[SPEC_MODEL][0]]
+    cols = table["columns"]
+    row = next(r for r in table["rows"] if r[cols.index("method")] == "eagle3")
+    return float(row[cols.index("qa")])
+
+
+def qa_workload(requests: int = SPEC_REQUESTS, seed: int = 0):
+    """The QA workload of Qwen3-30B-A3B that the validation report replays (EVICT's pool; target at T = 1).
+
+    The same generation as :func:`simmoe.validation.published.physical_runs.generate_workload`
+    (its temperature-1 distributions draw from their own stream and leave every
+    temperature-0 replay unchanged).
+    """
+    from simmoe.hardware.catalogue import load_model, with_model
+    from simmoe.synth import generate, preset
+    from simmoe.synth.evict_presets import EVICT_POOL
+
+    pr = preset("qa")
+    params, fitted = with_model(pr.params, pr.fitted_to, load_model(SPEC_MODEL), "qa")
+    params = params.with_(pool=EVICT_POOL)
+    return generate(params, seed=seed, num_requests=requests, preset="qa",
+                    fitted_to=fitted + ("then: EVICT's pool (App. C.4)",), temperature=1.0)
+
+
+def replay_eagle3(trace, overheads, served_dtype: str | None = None):
+    """EAGLE-3 replayed on ``trace`` with the physical model of Qwen3-30B-A3B on an A100 SXM4 80GB."""
+    from simmoe.hardware.physical import profile_fields
+    from simmoe.hardware.profile import HardwareProfile, validate
+    from simmoe.replay.engine import ReplayConfig, replay
+
+    name = f"{SPEC_MODEL}@a100-sxm4-80gb"
+    profile = validate(HardwareProfile(**profile_fields(name, overheads=overheads, served_dtype=served_dtype)))
+    config = ReplayConfig(selector="eagle3", slots=0, cache="none", hardware=name, selector_ms=0.0, seed=0)
+    return replay(trace, config, profile)
+
+
+def fit_spec_iteration(pub: dict, eta: float, fwd: float, step: float, log,
+                       served_dtype: str | None = None) -> dict:
+    """``spec_iteration_ms``: the serving time per speculative iteration that Table 1's EAGLE-3 row implies.
+
+    EAGLE-3 replayed on the QA workload, whose Mat is the fitted one (the
+    preset's ``easy_share``, fitted to Table 2's 3.07), decodes its tokens in
+    ``D`` ms without the term; each of its ``n`` iterations that drafts adds the
+    term once, so the term that gives Table 1's 152.8 tokens/s is
+    (1000 · tokens / 152.8 − D) / n, exact at batch 1 (nothing overlaps it).
+    The replay with the term is run again and reported.
+    """
+    from simmoe.hardware.physical import Overheads
+
+    trace = qa_workload()
+    base = Overheads(efficiency=eta, forward_ms=fwd, step_ms=step)
+    res = replay_eagle3(trace, base, served_dtype)
+    s = res.summary()
+    tokens = float(s["output_tokens"] - s["requests"])          # decode tokens (SpecFit Eq. 10)
+    drafting = int(np.count_nonzero(np.asarray(res.cycles["drafted_levels"]) > 0))
+    target = eagle3_qa(pub)
+    term = (1000.0 * tokens / target - 1000.0 * s["decode_s"]) / drafting
+    check = replay_eagle3(trace, replace(base, spec_iteration_ms=term), served_dtype).summary()
+    log(f"EAGLE-3 on QA: {s['decode_tps']:.2f} tok/s without the term, Mat {s['mat']:.3f}, {drafting} drafting "
+        f"iterations -> spec_iteration_ms {term:.3f} -> {check['decode_tps']:.2f} tok/s (Table 1: {target:g})")
+    return {"spec_iteration_ms": term, "target_tps": target, "tps_without": float(s["decode_tps"]),
+            "tps_with": float(check["decode_tps"]), "mat": float(s["mat"]), "iterations": drafting,
+            "ms_per_cycle_without": float(s["ms_per_cycle"]), "ms_per_cycle_with": float(check["ms_per_cycle"]),
+            "requests": int(s["requests"])}
+
+
 def run_fit(log: Callable[[str], None] = lambda s: None, served_dtype: str | None = None) -> dict:
-    from simmoe.report.published import PUBLISHED
+    from simmoe.published import PUBLISHED
 
     ck = fit_ck(PUBLISHED, log, served_dtype)
     eta, fwd = ck["efficiency"], ck["forward_ms"]
     steps = fit_steps(PUBLISHED, eta, fwd, log, served_dtype=served_dtype)
     steps_t1 = fit_steps(PUBLISHED, eta, fwd, log, temperature=1, served_dtype=served_dtype)
+    spec = fit_spec_iteration(PUBLISHED, eta, fwd, steps[SPEC_MODEL]["step_ms"], log, served_dtype)
     t6 = fit_table6(PUBLISHED, eta, fwd, log, served_dtype)
-    return {"ck": ck, "steps": steps, "steps_t1": steps_t1, "table6": t6, "served_dtype": served_dtype}
+    return {"ck": ck, "steps": steps, "steps_t1": steps_t1, "spec": spec, "table6": t6,
+            "served_dtype": served_dtype}
 
 
 def _fmt(v) -> str:
@@ -250,31 +333,15 @@ def to_toml(fit: dict) -> str:
                "# the checkpoints' own dtypes.  Use it with SIMMOE_PHYSICAL_FIT=<this file>.", "#"] if dt else []
     lines = what_if + [
         "# Fitted terms of the physical cost model (simmoe.hardware.physical).  Written by",
-        "#   python -m simmoe.hardware.physfit "
+        "#   python -m simmoe.fitting.physical_fit "
         + (f"--served-dtype {dt} --out FILE" if dt else "--out simmoe/hardware/data/physical_fit.toml"),
         "# from seeded synthetic traces: do not edit by hand.  Fitted only to what",
         "# shared/design/CALIBRATION.md allows: EVICT Table 4's C(k) on QA, each model's vanilla",
-        "# tokens/s on QA (Tables 1, 7, 8, 9 at temperature 0; Tables 1, 7, 8 at temperature 1)",
-        "# and Table 6's vanilla QA row.",
+        "# tokens/s on QA (Tables 1, 7, 8, 9 at temperature 0; Tables 1, 7, 8 at temperature 1),",
+        "# Table 6's vanilla QA row and Table 1's EAGLE-3 tokens/s on QA at temperature 0.",
         "#",
-        "# C(k), QA, Qwen3-30B-A3B on A100 SXM4 80GB (published / fitted, ms):",
-    ]
-    for k, a, b in zip(ck["k"], ck["target"], ck["predicted"], strict=True):
-        lines.append(f"#   k = {k:2d}: {a:6.2f} / {b:6.2f}  ({100 * (b / a - 1):+.1f}%)")
-    lines += [
-        "#   mean per-layer expert union of the prefixes (k = 0, 1, 4, ..., 32): "
-        + ", ".join(f"{x:.1f}" for x in ck["union_per_layer"]),
-    ]
-    if ck["at_bound"]:
-        lines.append("#   efficiency stopped at its bound 1.0: the synthetic unions grow faster with k than")
-        lines.append("#   Table 4's slope allows at the A100's peak HBM bandwidth (docs/models-and-gpus.md).")
-    lines += ["#", "# Table 6 (vLLM), vanilla QA tok/s at batch " + ", ".join(map(str, t6["batches"])) + ": "
-              + ", ".join(f"{x:g}" for x in t6["target"])]
-    for g, f in t6["fits"].items():
-        lines.append(f"#   {g:>15}: step {f['step_ms']:.3f} ms -> " + ", ".join(f"{x:.0f}" for x in f["predicted_tps"])
-                     + f"  (rms {f['rms_err_pct']:.1f}%, max {f['max_abs_err_pct']:.1f}%)")
-    lines.append("#   mean per-layer union of B requests' tokens: "
-                 + ", ".join(f"B={b}: {u}" for b, u in t6["union_per_layer"].items()))
+    ] + _residual_lines(fit)
+    sp = fit.get("spec")
     lines += ["", "[settings.sglang-a100]",
               'description = "EVICT Tables 1-5, 7-9: SGLang with CUDA graphs, A100 SXM4 80GB, batch 1"',
               'gpu = "a100-sxm4-80gb"',
@@ -285,6 +352,7 @@ def to_toml(fit: dict) -> str:
               *served,
               f"default_step_ms = {_fmt(steps['qwen3-30b-a3b']['step_ms'])}",
               'fitted_to = "fitted to EVICT Table 4 C(k) on QA (Qwen3-30B-A3B)"',
+              *_spec_lines(sp, ""),
               "", "[settings.sglang-a100.step_ms]"]
     lines += _step_lines(steps)
     steps_t1 = fit.get("steps_t1")
@@ -300,6 +368,7 @@ def to_toml(fit: dict) -> str:
                   *served,
                   f"default_step_ms = {_fmt(steps_t1['qwen3-30b-a3b']['step_ms'])}",
                   'fitted_to = "carried over from sglang-a100 (fitted to EVICT Table 4 C(k) on QA)"',
+                  *_spec_lines(sp, "carried over from sglang-a100, a prediction at temperature 1: "),
                   "", f"[settings.{T1_SETTING}.step_ms]"]
         lines += _step_lines(steps_t1, " at temperature 1")
     lines += ["", "[settings.vllm-table6]",
@@ -317,6 +386,47 @@ def to_toml(fit: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _residual_lines(fit: dict) -> list[str]:
+    """The fit's residuals as TOML comments: Table 4's C(k), Table 6's GPUs, the speculative iteration."""
+    ck, t6 = fit["ck"], fit["table6"]
+    lines = ["# C(k), QA, Qwen3-30B-A3B on A100 SXM4 80GB (published / fitted, ms):"]
+    for k, a, b in zip(ck["k"], ck["target"], ck["predicted"], strict=True):
+        lines.append(f"#   k = {k:2d}: {a:6.2f} / {b:6.2f}  ({100 * (b / a - 1):+.1f}%)")
+    lines += [
+        "#   mean per-layer expert union of the prefixes (k = 0, 1, 4, ..., 32): "
+        + ", ".join(f"{x:.1f}" for x in ck["union_per_layer"]),
+    ]
+    if ck["at_bound"]:
+        lines.append("#   efficiency stopped at its bound 1.0: the synthetic unions grow faster with k than")
+        lines.append("#   Table 4's slope allows at the A100's peak HBM bandwidth (docs/models-and-gpus.md).")
+    lines += ["#", "# Table 6 (vLLM), vanilla QA tok/s at batch " + ", ".join(map(str, t6["batches"])) + ": "
+              + ", ".join(f"{x:g}" for x in t6["target"])]
+    for g, f in t6["fits"].items():
+        lines.append(f"#   {g:>15}: step {f['step_ms']:.3f} ms -> " + ", ".join(f"{x:.0f}" for x in f["predicted_tps"])
+                     + f"  (rms {f['rms_err_pct']:.1f}%, max {f['max_abs_err_pct']:.1f}%)")
+    lines.append("#   mean per-layer union of B requests' tokens: "
+                 + ", ".join(f"B={b}: {u}" for b, u in t6["union_per_layer"].items()))
+    sp = fit.get("spec")
+    if sp:
+        lines += ["#", f"# Speculative iteration, Table 1 EAGLE-3 on QA at temperature 0 ({sp['target_tps']:g} tok/s; "
+                  f"{sp['requests']} requests, Mat {sp['mat']:.3f}):",
+                  f"#   without the term {sp['tps_without']:.2f} tok/s, {sp['ms_per_cycle_without']:.2f} ms/iteration;"
+                  f" with {sp['spec_iteration_ms']:.3f} ms on each of {sp['iterations']} iterations "
+                  f"{sp['tps_with']:.2f} tok/s, {sp['ms_per_cycle_with']:.2f} ms/iteration"]
+    return lines
+
+
+def _spec_lines(sp: dict | None, carried: str) -> list[str]:
+    """The setting's speculative serving term (none without a fit of it)."""
+    if not sp:
+        return []
+    how = (f"{carried}fitted to EVICT Table 1's EAGLE-3 tokens/s on QA at temperature 0 (Qwen3-30B-A3B, "
+           f"{sp['target_tps']:g}) with EAGLE-3's fitted Mat")
+    return [f"spec_iteration_ms = {_fmt(sp['spec_iteration_ms'])}",
+            f'spec_iteration_model = "{SPEC_MODEL}"',
+            f"spec_iteration_fitted_to = {_fmt(how)}"]
+
+
 def _step_lines(steps: dict, when: str = "") -> list[str]:
     out = []
     for key, s in steps.items():
@@ -327,7 +437,7 @@ def _step_lines(steps: dict, when: str = "") -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m simmoe.hardware.physfit", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m simmoe.fitting.physical_fit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="TOML file to write (simmoe/hardware/data/physical_fit.toml)")
     ap.add_argument("--served-dtype", choices=SERVED_DTYPES, default=None,
                     help="what-if: read every model's weights at this width instead of the checkpoint's "
@@ -338,7 +448,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     if not out.parent.is_dir():
-        print(f"physfit: error: no such folder {out.parent}", file=sys.stderr)
+        print(f"physical_fit: error: no such folder {out.parent}", file=sys.stderr)
         return 2
     fit = run_fit(log=(lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr)),
                   served_dtype=args.served_dtype)

@@ -1,0 +1,333 @@
+"""The public extension API of the replay: Selector, CachePolicy and PrefetchPolicy.
+
+A replay (:mod:`simmoe.replay.engine`) passes every step through the same
+stages; three of them take implementations from outside the project:
+
+* **selection** — a :class:`Selector` chooses which draft nodes of a request's
+  candidate pool the target verifies (SpecFit Eq. 5, EVICT Eq. 10, ...);
+* **expert residency** — a :class:`CachePolicy` ranks the experts on the GPU,
+  and the engine keeps the best-ranked ones within the cache's capacity;
+* **prefetching** — a :class:`PrefetchPolicy` names experts to copy before the
+  verification forward asks for them (while the drafter runs, or one layer
+  ahead); the engine's copy engine carries them out.
+
+Implementations are found by name through Python entry points — the groups
+``simmoe.selectors``, ``simmoe.caches`` and ``simmoe.prefetch`` — or given as
+``module:Name`` on the command line (``--selectors``, ``--cache``,
+``--prefetch``).  simmoe's own register the same way (``pyproject.toml``), so
+a package installed beside simmoe is a first-class citizen.  docs/extending.md
+is the tutorial; ``examples/simmoe-example-plugins`` a complete package.
+
+Every array a stage hands to a plugin is read-only; every plugin call is
+wrapped by the engine, so an exception inside one ends the replay with one
+line naming the plugin (``simmoe replay`` exits 2, writing nothing).
+
+Conventions: a model has L MoE layers of N experts, each token routes to k of
+them per layer; an expert is the pair (layer ℓ, expert e), flattened as
+``ℓ·N + e`` where a flat index is asked for; a pool's nodes are numbered
+parents before children, ``-1`` is the root (the last committed token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "CachePolicy", "CacheShape", "Choice", "ForwardEvent", "PoolView", "PrefetchJobs", "PrefetchPolicy",
+    "PrefetchStep", "Selector", "SelectorContext", "StepInfo", "ENTRY_POINT_GROUPS",
+]
+
+BoolMatrix = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# entry-point group of each kind of plugin
+ENTRY_POINT_GROUPS = {"selector": "simmoe.selectors", "cache": "simmoe.caches", "prefetch": "simmoe.prefetch"}
+
+
+# --------------------------------------------------------------------------
+# selection
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepInfo:
+    """The batch a request's selection joins (continuous batching; ``size == 1`` at batch 1).
+
+    ``slot``: the request's position among the ``size`` requests of the step,
+    which select in slot order; ``tokens_before``: tokens the step already
+    verifies (every root, and the selections of the earlier slots);
+    ``covered``: bool [L, N], experts those tokens already bring to the
+    forward (free for this request: SpecFit Eq. 1's union across the batch).
+    """
+
+    size: int = 1
+    slot: int = 0
+    tokens_before: int = 0
+    covered: BoolMatrix | None = None
+
+
+@dataclass
+class PoolView:
+    """A request's candidate pool at one output position, as a selector may see it.
+
+    ``root_routes`` [L, k] and ``node_routes`` [n, L, k] are the routes the
+    selector may know (exact, or a predictor's of accuracy a: SpecFit §4.6);
+    ``agree`` is the target's verdict per node, which only an oracle may read.
+    ``cost`` is the cost model to price this selection with, when the selector
+    declares ``uses_cost``: the context's at batch 1; at batch > 1 the
+    batch-aware model of what the subtree adds to the step (its experts that
+    the other requests bring are free, the intercepts carry their tokens).
+    ``batch`` says what else the step verifies; ``available(d)``, when not
+    None, gives bool [L, N] — the experts resident, staged or on their way
+    after the drafter has drafted level ``d`` — to selectors that declare
+    ``uses_residency``.
+    """
+
+    row: int
+    parents: IntArray         # int [n], -1 = root, parents before children
+    levels: IntArray          # int [n], 1 for children of the root
+    p: FloatArray             # float [n], path probability
+    q: FloatArray             # float [n], draft conditional probability
+    agree: BoolMatrix         # bool [n]
+    root_routes: IntArray     # [L, k]
+    node_routes: IntArray     # [n, L, k]
+    num_experts: int
+    cost: Any = None
+    batch: StepInfo = field(default_factory=StepInfo)
+    available: Callable[[int], BoolMatrix] | None = None
+    _pool: Any = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.parents)
+
+    @property
+    def depth(self) -> int:
+        """Deepest level of the pool (0 for an empty pool)."""
+        return int(self.levels.max()) if len(self.levels) else 0
+
+    def probability_order(self) -> IntArray:
+        """Node ids by decreasing path probability; ties by level, then id.
+
+        Since p never grows along a path, every prefix of this order is
+        ancestor-closed (a child ties its parent at most, and the level breaks
+        the tie): the top-k rules (EAGLE-3's K nodes, EVICT's prefix, EVICT
+        Eq. 10) verify its prefixes.  O(n log n).
+        """
+        n = self.size
+        return np.lexsort((np.arange(n), self.levels, -self.p.astype(np.float64)))
+
+    def pool(self) -> Any:
+        """The :class:`solvers.Pool` of this view (built once, on first use)."""
+        if self._pool is None:
+            from solvers import Pool
+
+            self._pool = Pool.from_routes(
+                self.parents.astype(np.int64), self.p.astype(np.float64),
+                self.root_routes, self.node_routes, self.num_experts)
+        return self._pool
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A selector's decision: ascending pool-local node ids (ancestor-closed) and the levels drafted."""
+
+    nodes: IntArray
+    drafted_levels: int
+
+
+@dataclass(frozen=True)
+class SelectorContext:
+    """What a selector is built with: the trace's budget K and the profile's cost models.
+
+    ``cost``: a :class:`solvers.CostModel`, T̂(S) = b_|S| + βF(S) (SpecFit Eq. 4),
+    when the selector declares ``uses_cost`` (at batch > 1, each request's
+    selection sees the batch-aware model of what its subtree adds to the step);
+    ``evict_cost``: EVICT's profiled C(k), k = 1.. (EVICT §3.2.3), when it
+    declares ``uses_evict_cost``; ``options``: the command line's selector
+    options (``ddd_threshold``, ``coverage_rho``, ...).
+    """
+
+    K: int = 7
+    cost: Any = None
+    evict_cost: tuple[float, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """Chooses the subtree of a pool that the target verifies.
+
+    The replay builds one selector per replay: ``SelectorClass(context)``
+    with a :class:`SelectorContext`, then calls :meth:`select` once per request
+    per step, in step order.  ``select`` returns a :class:`Choice`: node ids
+    that are ancestor-closed (every selected node's parent is selected or the
+    root), at most ``context.K`` of them, and how many levels the drafter had
+    to draft (0 when nothing is drafted; at most the pool's depth).  The
+    engine checks both and names the selector when they do not hold.
+
+    Optional class attributes (their defaults in parentheses) say what the
+    selector needs: ``summary`` (""), one line for ``--help``; ``drafts``
+    (True; False: no drafter, one token per forward); ``uses_cost`` (False;
+    needs ``context.cost``); ``uses_evict_cost`` (False); ``uses_residency``
+    (False; reads ``view.available``, so it selects inside the simulation, not
+    in a plan shared across cache settings); ``needs_prepare`` (False; calls
+    ``prepare(trace, num_requests, views_at)`` once before the replay).
+    """
+
+    name: ClassVar[str]
+
+    def select(self, view: PoolView) -> Choice: ...
+
+
+# --------------------------------------------------------------------------
+# expert residency
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CacheShape:
+    """The cache a policy ranks for: geometry, capacity, and what an offline policy may know.
+
+    ``slots``: experts per layer (the replay's ``--slots``); ``budget``: when
+    not None, one budget of experts across all layers instead, spread as the
+    engine's keep rule decides (``--cache-experts`` / ``--cache-mib``).
+    ``future``: the demand of every forward of the replay in order, bool
+    [L, N] each, for policies that declare ``needs_future`` (offline bounds
+    such as Belady); None otherwise.  ``seed``: the replay's seed.
+    ``trace``: the trace being replayed (read-only) and ``requests``: the
+    request ids the replay covers, for policies that learn from requests
+    outside them.
+    """
+
+    num_layers: int
+    num_experts: int
+    slots: int
+    budget: int | None = None
+    future: Sequence[BoolMatrix] | None = None
+    seed: int = 0
+    trace: Any = None
+    requests: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class ForwardEvent:
+    """One forward as a cache policy sees it, after the engine has served it.
+
+    ``demand``: bool [L, N], the forward's expert union (SpecFit Eq. 1);
+    ``hits``: the part of it that was resident; ``index``: the forward's number
+    since the replay began (prefills count); ``kind``: ``"prefill"`` or
+    ``"step"``; ``requests``: ids of the requests the forward serves;
+    ``positions``: each request's output position (-1 for a prefill).
+    The engine builds one per forward; a policy must not write to it.
+    """
+
+    demand: BoolMatrix
+    hits: BoolMatrix
+    index: int
+    kind: str
+    requests: tuple[int, ...]
+    positions: tuple[int, ...] = ()
+
+
+@runtime_checkable
+class CachePolicy(Protocol):
+    """Ranks the experts of an expert cache; the engine keeps the best-ranked ones.
+
+    Per forward the engine serves the demand (hits = demand ∩ resident, the
+    rest is copied), calls :meth:`observe` with the :class:`ForwardEvent`,
+    then keeps, per layer (or across layers under one budget), the candidates
+    resident ∪ demand of largest :meth:`scores` within the capacity.  A score
+    of ``-inf`` (float scores) means "never keep"; ties go to the smaller
+    expert id.  Prefetched experts arriving between forwards are reported to
+    :meth:`inserted` if the policy defines it (default: nothing), and displace
+    the lowest-ranked experts that are not themselves unused prefetches.
+
+    Policies are built with no arguments; :meth:`reset` is called once before
+    the replay (the cache starts empty, SpecFit App. B).  Optional class
+    attribute ``needs_future`` (False): the policy reads ``shape.future``.
+    Optional classmethod ``check(shape)``: called before any work with the
+    replay's shape (no ``future``); it raises :class:`simmoe.errors.SimmoeError`
+    to refuse a replay it cannot serve (one line, exit 2).
+    Scores must be an array [L, N] of integers or floats; the engine never
+    writes to it.
+    """
+
+    name: ClassVar[str]
+
+    def reset(self, shape: CacheShape) -> None: ...
+
+    def observe(self, event: ForwardEvent) -> None: ...
+
+    def scores(self) -> npt.NDArray[Any]: ...
+
+
+# --------------------------------------------------------------------------
+# prefetching
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PrefetchStep:
+    """What a prefetch policy knows when a step begins (or, for ``layers``, when it verifies).
+
+    Per request of the step, in slot order: ``roots`` [b, L, k], the predicted
+    routes of each request's root (the selectors' predictions, SpecFit §4.6);
+    ``pools``: each request's pool — a dict with ``levels`` [n], ``p`` [n]
+    (path probabilities), ``routes`` [n, L, k] (predicted) and ``selected``
+    (ascending node ids, or None while the selection is not made).
+    ``available``: bool [L, N], what is resident, staged or on its way now.
+    ``truth``: per request the true routes ``(root [L, k], nodes [n, L, k])``,
+    only for policies that declare ``knows_truth = True`` (upper bounds).
+    ``requests``: request ids; ``rows``: each request's trace position row.
+    """
+
+    roots: IntArray
+    pools: tuple[dict[str, Any], ...]
+    available: BoolMatrix
+    requests: tuple[int, ...]
+    rows: tuple[int, ...]
+    truth: tuple[tuple[IntArray, IntArray], ...] | None = None
+
+
+@dataclass(frozen=True)
+class PrefetchJobs:
+    """Copies a policy asks for in the drafting window, in queue order.
+
+    ``pairs``: flat expert indices ``ℓ·N + e``; ``levels``: per pair, the draft
+    level after which it may start (0: when the step begins).  The copy engine
+    drops pairs already available or queued, pairs beyond their layer's free
+    slots, and pairs of levels the drafter did not draft; the rest start on
+    the copy engine's lanes, after any demand copy, until the verification
+    forward begins.
+    """
+
+    pairs: IntArray
+    levels: IntArray
+
+
+@runtime_checkable
+class PrefetchPolicy(Protocol):
+    """Names experts to copy before the verification forward demands them.
+
+    Two windows, each optional (return None to leave it unused):
+
+    * :meth:`drafting` — at the start of a step, while the drafter drafts and
+      the selector selects: a :class:`PrefetchJobs` queue;
+    * :meth:`layers` — once the step's selection is known: per layer ℓ, the
+      experts of layer ℓ to copy while layer ℓ − 1 runs (queued at layer
+      ℓ − 1's router, started until layer ℓ's).
+
+    Policies are built with no arguments; :meth:`reset` is called with the
+    cache's :class:`CacheShape` before the replay, :meth:`observe` (optional)
+    after every forward, as for cache policies.  Optional class attribute
+    ``knows_truth`` (False): the step carries the true routes (an oracle).
+    """
+
+    name: ClassVar[str]
+
+    def reset(self, shape: CacheShape) -> None: ...
+
+    def drafting(self, step: PrefetchStep) -> PrefetchJobs | None: ...
+
+    def layers(self, step: PrefetchStep) -> Sequence[Sequence[int]] | None: ...

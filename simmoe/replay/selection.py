@@ -1,0 +1,227 @@
+"""Selection: each request's selector chooses what the target verifies, priced for the step it joins.
+
+A selector is built once per replay with a :class:`~simmoe.api.SelectorContext`
+(the trace's K, the profile's cost models) and asked once per request per
+step (:meth:`SelectionStage.choose`).  At batch 1 it sees the context's cost
+model.  At batch > 1, requests select in slot order and a cost-model selector
+sees :class:`BatchCost`'s model of what its subtree adds to the step.
+
+Batch-aware costs (SpecFit Eq. 4 across requests): for T̂(S) = b_|S| + βF(S),
+F is counted over the experts not covered by the other requests' roots and
+the earlier slots' selections (``solvers.Pool.with_free``, then the unchanged
+exact search), and b'_j is the step's time with j nodes of the request's own
+and the others' tokens and experts: with a resident physical profile the
+physical forward over the others' tokens plus 1 + j with the others' unions
+read (β' the time one more expert adds at that load, 0 when the step is
+compute-bound); offloaded, the profile's batch-1 b_j plus ``token_ms`` per
+other token plus β per expert the others bring (β unchanged: a copy and a
+compute).  Each request maximises its own tokens per step time given the
+others.  EVICT's C(k) is its profiled table (EVICT §3.2.3): with a physical
+profile profiled on the trace at this batch size (every request of a step
+verifying its k best nodes), else the profile's C(k).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from simmoe.api import Choice, PoolView, SelectorContext, StepInfo
+from simmoe.errors import SimmoeError
+from simmoe.replay import plugins
+
+
+def selector_flags(name: str) -> dict[str, bool]:
+    """What a selector declares it needs (:class:`simmoe.api.Selector`'s optional attributes)."""
+    cls = plugins.load("selector", name)
+    return {"drafts": bool(getattr(cls, "drafts", True)), "uses_cost": bool(getattr(cls, "uses_cost", False)),
+            "uses_evict_cost": bool(getattr(cls, "uses_evict_cost", False)),
+            "uses_residency": bool(getattr(cls, "uses_residency", False)),
+            "needs_prepare": bool(getattr(cls, "needs_prepare", False))}
+
+
+def selector_context(trace, profile, config, batch: int = 1) -> SelectorContext:
+    """The selector's configuration: the trace's K, the profile's cost models (Eq. 4, EVICT C(k))."""
+    flags = selector_flags(config.selector)
+    cost = profile.cost_model(config.cache_active) if flags["uses_cost"] else None
+    evict = evict_table(trace, profile, batch) if flags["uses_evict_cost"] else ()
+    options = dict(config.options)
+    if flags["uses_residency"]:
+        from simmoe.replay.timing import profile_discount
+
+        options.setdefault("residency_discount", profile_discount(profile))
+    return SelectorContext(K=trace.pool_shape.K, cost=cost, evict_cost=evict, options=options)
+
+
+def make_selector(name: str, context: SelectorContext):
+    """Build the selector registered as ``name`` (or ``module:Name``) with ``context``."""
+    return plugins.instantiate("selector", name, context)
+
+
+class BatchCost:
+    """The cost model of one request given the step so far: T̂(S | others), the step's time with S.
+
+    With no other request (batch 1, or the last request of a draining batch)
+    it is the profile's batch-1 model (module docstring for the two regimes).
+    """
+
+    def __init__(self, profile, base_cost, K: int, levels: int):
+        self.phys = getattr(profile, "physical", None) if getattr(profile, "resident", False) else None
+        self.token_ms = 0.0 if getattr(profile, "resident", False) else float(getattr(profile, "token_ms", 0.0))
+        self.base = base_cost
+        self.K = int(K)
+        self.levels = int(levels)
+
+    def cost(self, other_tokens: int, covered_per_layer: np.ndarray, context: float, requests: int):
+        """``solvers.CostModel`` for a request whose step already holds ``other_tokens`` tokens.
+
+        ``covered_per_layer``: the experts per MoE layer the others already bring;
+        ``context``: the step's context tokens, summed over its ``requests``.
+        """
+        from solvers.cost import CostModel
+
+        if self.base is None:
+            return self.base
+        if self.phys is None:   # offload: the event model's linear terms of the step
+            shift = self.token_ms * max(int(other_tokens), 0) + self.base.beta * float(np.sum(covered_per_layer))
+            if shift <= 0:
+                return self.base
+            return CostModel([x + shift for x in self.base.b], self.base.beta)
+        p = self.phys
+        j = np.arange(self.K + 1, dtype=np.float64)
+        n = other_tokens + 1 + j
+        fwd = p.forward_ms(n, covered_per_layer[None, :], context, n * context / max(requests, 1), requests)
+        b = fwd + p.draft_ms(self.levels, requests) + p.o.step_ms
+        n0 = other_tokens + 1.0
+        t0 = p.forward_ms(n0, covered_per_layer, context, n0 * context / max(requests, 1), requests)
+        t1 = p.forward_ms(n0, covered_per_layer + 1.0, context, n0 * context / max(requests, 1), requests)
+        beta = max(float(t1 - t0), 0.0) / max(p.L_moe, 1)
+        return CostModel([float(x) for x in b], beta)
+
+
+def evict_table(trace, profile, batch: int = 1) -> tuple[float, ...]:
+    """EVICT's C(k) for this replay (EVICT §3.2.3: profiled on the running system before decoding).
+
+    A physical profile's table is profiled on the trace at this batch size:
+    resident, the physical forward (:func:`simmoe.hardware.physical.profile_evict_cost`);
+    offloaded, its linear cost b_k + β·F without a cache over the profiled unions.
+    Any other profile's table is its ``evict.cost_ms``.  Memoized per (trace, profile, batch).
+    """
+    phys = getattr(profile, "physical", None)
+    if phys is None:
+        return tuple(profile.evict_cost)
+    import weakref
+
+    key = (id(trace), profile.name, int(batch))
+    ref, hit = _EVICT_CACHE.get(key, (None, None))
+    if ref is None or ref() is not trace:  # an id can be reused once its trace is gone
+        hit = None
+    if hit is None:
+        hit = _profile_evict_table(trace, profile, phys, int(batch))
+        if len(_EVICT_CACHE) > 32:
+            _EVICT_CACHE.clear()
+        _EVICT_CACHE[key] = (weakref.ref(trace), hit)
+    return hit
+
+
+def _profile_evict_table(trace, profile, phys, batch: int) -> tuple[float, ...]:
+    samples = 256 if batch <= 1 else max(16, 512 // batch)
+    if profile.resident:
+        from simmoe.hardware.physical import profile_evict_cost
+
+        return profile_evict_cost(trace, phys, samples=samples, batch=batch)
+    from simmoe.hardware.union_profile import prefix_unions  # offloaded: b_k + β·F without a cache
+
+    K = max(int(trace.pool_shape.max_nodes), 1)
+    unions, _ = prefix_unions(trace, K, samples=samples, batch=batch)
+    b, beta = profile.cost_b_no_cache, profile.cost_beta_no_cache
+    return tuple(float(b[min(k, len(b) - 1)] + beta * unions[:, k, :].sum(axis=1).mean()) for k in range(1, K + 1))
+
+
+_EVICT_CACHE: dict = {}
+
+
+class SelectionStage:
+    """The selection stage of one replay: the selector, its batch-aware costs, its timing and checks."""
+
+    def __init__(self, trace, config, profile, batch: int):
+        self.name = config.selector
+        self.flags = selector_flags(config.selector)
+        self.drafts = self.flags["drafts"]
+        self.context = selector_context(trace, profile, config, batch)
+        self.selector = make_selector(config.selector, self.context)
+        self.batch_cost = BatchCost(profile, self.context.cost, max(int(trace.pool_shape.max_nodes), self.context.K),
+                                    int(trace.pool_shape.depth)) if self.flags["uses_cost"] and batch > 1 else None
+        self.checked = not type(self.selector).__module__.startswith("simmoe.")   # plugins' choices are checked
+        self.g = trace.geometry
+
+    def prepare(self, trace, num_requests: int, views_at) -> None:
+        """Trace-level preparation (``optimal``'s λ*) over the first ``num_requests`` requests."""
+        if not self.flags["needs_prepare"]:
+            return
+        from solvers.errors import InvalidInput
+
+        try:
+            self.selector.prepare(trace, num_requests, views_at)
+        except InvalidInput as exc:
+            raise SimmoeError(f"selector {self.name!r}: {exc}") from None
+        except SimmoeError:
+            raise
+        except Exception as exc:
+            raise plugins.plugin_error("selector", self.name, exc, "in prepare()") from None
+
+    def priced(self, view: PoolView, info: StepInfo, others_tokens: int, context: float) -> PoolView:
+        """``view`` priced for the step it joins: the others' experts free, the batch-aware cost."""
+        if self.batch_cost is None or info.size <= 1 or info.covered is None:
+            return view
+        L, N = self.g.num_layers, self.g.num_experts
+        covered = info.covered.reshape(L, N)
+        view = replace(view, _pool=None, batch=info)
+        view._pool = view.pool().with_free(covered)
+        view.cost = self.batch_cost.cost(others_tokens - 1, covered.sum(axis=1).astype(np.float64),
+                                         float(context), info.size)
+        return view
+
+    def choose(self, view: PoolView, request: int, position: int) -> tuple[Choice, float, float]:
+        """The selector's choice at ``view``, its wall and CPU milliseconds."""
+        from solvers.errors import InvalidInput
+
+        perf, cpu = time.perf_counter, time.thread_time
+        c1, t1 = cpu(), perf()
+        try:
+            choice = self.selector.select(view)
+        except InvalidInput as exc:  # e.g. a cost model too short for the trace's K
+            raise SimmoeError(f"selector {self.name!r} at request {request}, position {position}: {exc}") from None
+        except SimmoeError:
+            raise
+        except Exception as exc:
+            raise plugins.plugin_error("selector", self.name, exc,
+                                       f"at request {request}, position {position}") from None
+        wall, cpu_ms = (perf() - t1) * 1e3, (cpu() - c1) * 1e3
+        if self.checked:
+            choice = check_choice(self.name, choice, view, self.context.K, request, position)
+        return choice, wall, cpu_ms
+
+
+def check_choice(name: str, choice, view: PoolView, K: int, request: int, position: int) -> Choice:
+    """A plugin's choice must be a Choice of at most K ancestor-closed nodes and a drafted depth within the pool."""
+    where = f"at request {request}, position {position}"
+    if not hasattr(choice, "nodes") or not hasattr(choice, "drafted_levels"):
+        raise SimmoeError(f"selector {name!r} returned {type(choice).__name__} {where}, not a simmoe.api.Choice")
+    nodes = np.unique(np.asarray(choice.nodes, dtype=np.int64))
+    if len(nodes) and (nodes[0] < 0 or nodes[-1] >= view.size):
+        raise SimmoeError(f"selector {name!r} chose a node outside the pool of {view.size} {where}")
+    if len(nodes) > K:
+        raise SimmoeError(f"selector {name!r} chose {len(nodes)} nodes {where}, more than K = {K}")
+    parents = view.parents[nodes]
+    if not np.isin(parents[parents >= 0], nodes).all():
+        raise SimmoeError(f"selector {name!r} chose nodes whose parents it did not choose {where} "
+                          "(a selection must be ancestor-closed)")
+    levels = int(choice.drafted_levels)
+    need = int(view.levels[nodes].max()) if len(nodes) else 0
+    if not need <= levels <= max(view.depth, need):
+        raise SimmoeError(f"selector {name!r} drafted {levels} levels {where}; its nodes need {need} "
+                          f"and the pool has {view.depth}")
+    return Choice(nodes, levels)

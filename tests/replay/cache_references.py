@@ -1,0 +1,118 @@
+"""Plain-Python references for the expert caches of the papers and for the one-budget keep rule (tests only).
+
+Each reference cache processes a forward the way docs/caches.md states it,
+with dicts and sets: hits = demand ∩ resident, the policy observes, then the
+candidates resident ∪ demand of largest score are kept — at most ``slots``
+per layer, or ``budget`` in all — ties to the smaller (layer, id).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+
+def keep(cands, score, slots=None, budget=None):
+    """The kept set: per layer the ``slots`` best, or the ``budget`` best overall; -inf is never kept."""
+    cands = [c for c in cands if score[c] != -math.inf]
+    order = sorted(cands, key=lambda c: (-score[c], c))
+    if budget is not None:
+        return set(order[:budget])
+    out, per = set(), {}
+    for c in order:
+        if per.get(c[0], 0) < slots:
+            out.add(c)
+            per[c[0]] = per.get(c[0], 0) + 1
+    return out
+
+
+def run_reference(policy, L, N, stream, slots=None, budget=None):
+    """(hits per layer, misses per layer) per forward of a reference policy object."""
+    resident: set = set()
+    out = []
+    for t, d in enumerate(stream):
+        demand = {(layer, int(e)) for layer in range(L) for e in np.flatnonzero(d[layer])}
+        hits = demand & resident
+        policy.observe(t, demand, hits)
+        resident = keep(resident | demand, policy.score(L, N), slots, budget)
+        out.append(([sum(1 for c in hits if c[0] == layer) for layer in range(L)],
+                    [sum(1 for c in demand - hits if c[0] == layer) for layer in range(L)]))
+    return out
+
+
+class RefLRU:
+    """Recency at forward granularity: hits before misses, each ascending id (simmoe's lru stamps)."""
+
+    def __init__(self):
+        self.stamp = {}
+
+    def observe(self, t, demand, hits):
+        for c in demand:
+            self.stamp[c] = (t, 0 if c in hits else 1, c[1])
+
+    def score(self, L, N):
+        # the engine's integer stamp: 2N per forward, misses N later than hits, then the id
+        return {(layer, e): float(self.stamp[(layer, e)][0] * 2 * N + self.stamp[(layer, e)][1] * N + e)
+                if (layer, e) in self.stamp else -1.0 for layer in range(L) for e in range(N)}
+
+
+class RefLeastStale:
+    """Staleness = (now - last) / max(EWMA reuse interval, 1); keep the least stale."""
+
+    def __init__(self):
+        self.last, self.interval = {}, {}
+        self.now = -1
+
+    def observe(self, t, demand, hits):
+        self.now = t
+        for c in demand:
+            if c in self.last:
+                gap = t - self.last[c]
+                self.interval[c] = gap if c not in self.interval else 0.75 * self.interval[c] + 0.25 * gap
+            self.last[c] = t
+
+    def score(self, L, N):
+        return {(layer, e): -(self.now - self.last.get((layer, e), -1.0)) / max(self.interval.get((layer, e), 0.0), 1.0)
+                for layer in range(L) for e in range(N)}
+
+
+class RefLFRU:
+    """f / (clock - last + 1); each layer's clock ticks per access (hits, then misses, ascending id)."""
+
+    def __init__(self):
+        self.freq, self.last, self.clock = {}, {}, {}
+
+    def observe(self, t, demand, hits):
+        layers = sorted({c[0] for c in demand})
+        for layer in layers:
+            order = sorted(c for c in hits if c[0] == layer) + sorted(c for c in demand - hits if c[0] == layer)
+            for c in order:
+                self.clock[layer] = self.clock.get(layer, 0) + 1
+                self.last[c] = self.clock[layer]
+                self.freq[c] = self.freq.get(c, 0) + 1 if c in hits else 1
+
+    def score(self, L, N):
+        return {(layer, e): self.freq.get((layer, e), 0) / (self.clock.get(layer, 0) - self.last.get((layer, e), 0)
+                                                             + 1.0)
+                for layer in range(L) for e in range(N)}
+
+
+def optimum_copies_global(L, N, budget, stream):
+    """Fewest copies of any on-demand policy with one budget across layers (DP over cache states)."""
+    items = [(layer, e) for layer in range(L) for e in range(N)]
+    best = {frozenset(): 0}
+    for d in stream:
+        need = frozenset(c for c in items if d[c[0]][c[1]])
+        nxt: dict = {}
+        for state, cost in best.items():
+            c = cost + len(need - state)
+            pool = sorted(state | need)
+            for r in range(min(budget, len(pool)) + 1):
+                for kept in itertools.combinations(pool, r):
+                    k = frozenset(kept)
+                    if nxt.get(k, 1 << 30) > c:
+                        nxt[k] = c
+        best = nxt
+    return min(best.values())
