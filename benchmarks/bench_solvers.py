@@ -1,11 +1,29 @@
 """Timing of the exact solvers on synthetic pools (all pools synthetic).
 
 Run:  python benchmarks/bench_solvers.py [--quick] [--seed S] [--pools N] [--today N] [--cap S]
+      python benchmarks/bench_solvers.py --families-only [--family-pools N] [--baseline C]
 
 Prints the median and p99 per call (and the max where a tail matters) of wall-clock
 time, and for ``select_exact`` on the larger pools also the process CPU time (less
 sensitive to other jobs on a shared machine), of:
 
+* the families of ``solvers.random_pools.FAMILIES`` (200 candidates, K = 32,
+  ``--family-pools`` pools each): offload and resident coefficients, a resident
+  cost where K = 32 mostly does not bind, identical siblings, flat probabilities
+  with every expert distinct or every expert shared, bf16-rounded probabilities,
+  wide stars (``--star-limit`` seconds each, the only family run with a time
+  limit); then every family again with ``time_limit`` = ``--limit-ms``.  Each
+  selection starts from a cold per-pool cache; the method that answered
+  (``Selection.method``) is counted.  The pools of a family are frozen out of
+  the garbage collector (``gc.freeze``) while they are timed: its full passes
+  walk every object of the process (tens of ms with 200 pools held), a cost of
+  the benchmark's heap, not of a selection;
+* ``select_exact`` on SpecFit's 18-node pools (K = 7) beside the same function at
+  commit ``--baseline`` (its ``solvers`` package taken with ``git archive`` into a
+  temporary directory and imported as ``solvers_baseline``), called alternately
+  on the same 400 pools, 5 rounds; as the noise floor of that ratio, the
+  baseline beside itself; and the same on 100 EVICT-shaped pools (200
+  candidates, K = 32, offload and resident);
 * ``Pool.from_routes``; exact selection on SpecFit's 18-node pools (top-2
   expansion, depth 5, 48 layers x 128 experts, top-8 routes with parent-child
   overlap 0.6, K=7, A100 with-cache cost of App. B) by plain enumeration
@@ -30,17 +48,26 @@ sensitive to other jobs on a shared machine), of:
 Intercepts beyond b_7 continue the App. B line: b_j = b_7 + 2(j - 7) ms.
 The closure uses the least-squares line through b (``affine_approximation``).
 Every answer of ``select_exact`` is checked against today's search wherever that
-finishes (the run stops on a disagreement).
+finishes (the run stops on a disagreement), and against the baseline commit's on
+the 18-node pools.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
+import io
 import os
+import re
 import signal
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +84,13 @@ from solvers import (  # noqa: E402
     select_exact,
 )
 from solvers.exact import branch_and_bound_ratio, enumerate_ratio  # noqa: E402
-from solvers.random_pools import paper_shaped_pool, random_pool_arrays  # noqa: E402
+from solvers.random_pools import (  # noqa: E402
+    FAMILIES,
+    family_cost,
+    family_pool,
+    paper_shaped_pool,
+    random_pool_arrays,
+)
 
 B_A100_CACHE = [142.214, 147.532, 150.522, 152.269, 152.743, 163.204, 155.175, 156.068]
 BETA_A100_CACHE = 0.210715513
@@ -178,6 +211,137 @@ def compare(label: str, pools: list[Pool], K: int, cost: CostModel, today: int, 
               f"{'>= ' if bound else ''}{statistics.median(ratios):.3g}")
 
 
+def load_baseline(commit: str):
+    """The ``solvers`` package at ``commit`` (``git archive``), imported as ``solvers_baseline``."""
+    root = Path(__file__).resolve().parents[1]
+    data = subprocess.run(["git", "-C", str(root), "archive", commit, "solvers"], check=True,
+                          capture_output=True).stdout
+    tmp = Path(tempfile.mkdtemp(prefix="solvers-baseline-"))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp, filter="data")
+    pkg = tmp / "solvers_baseline"
+    (tmp / "solvers").rename(pkg)
+    for path in pkg.glob("*.py"):
+        text = re.sub(r"\bfrom solvers(\.| import)", r"from solvers_baseline\1", path.read_text())
+        path.write_text(text.replace("import solvers.", "import solvers_baseline."))
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("solvers_baseline")
+
+
+def side_by_side(label: str, arrays, first, second, K: int, b, beta: float,
+                 rounds: int = 5) -> None:
+    """``first`` and ``second`` (each (Pool class, CostModel class, select_exact)) on the same
+    pools, called alternately, each from a cold per-pool cache; the same answer is required."""
+    pools = [(first[0].from_routes(*a), second[0].from_routes(*a)) for a in arrays]
+    costs = (first[1](b, beta), second[1](b, beta))
+    t1, t2 = [], []
+    for rep in range(rounds):
+        for i, (p1, p2) in enumerate(pools):
+            p1._cache.clear()
+            p2._cache.clear()
+            if (i + rep) % 2:
+                dt1, s1 = timed(first[2], p1, K, costs[0])
+                dt2, s2 = timed(second[2], p2, K, costs[1])
+            else:
+                dt2, s2 = timed(second[2], p2, K, costs[1])
+                dt1, s1 = timed(first[2], p1, K, costs[0])
+            if (s1.nodes, s1.ratio) != (s2.nodes, s2.ratio):
+                raise SystemExit(f"{label}: the two disagree on pool {i}: {s1} vs {s2}")
+            t1.append(dt1)
+            t2.append(dt2)
+    ratio = statistics.median(a / b for a, b in zip(t1, t2, strict=True))
+    print(f"{label}: median {fmt(statistics.median(t1) * 1e6)} vs "
+          f"{fmt(statistics.median(t2) * 1e6)}; median per-call ratio {ratio:.3f} "
+          f"({len(pools)} pools x {rounds})")
+
+
+def baseline_rows(args, rng) -> None:
+    """``select_exact`` beside the baseline commit's on SpecFit's 18-node pools (K = 7; and
+    the baseline beside itself: the noise floor of the ratio) and on EVICT-shaped pools
+    (200 candidates, K = 32, offload and resident)."""
+    base = load_baseline(args.baseline)
+    arrays = [random_pool_arrays(rng) for _ in range(60 if args.quick else 400)]
+    new = (Pool, CostModel, select_exact)
+    old = (base.Pool, base.CostModel, base.select_exact)
+    side_by_side(f"18 nodes, K=7: select_exact / select_exact at {args.baseline}", arrays, new,
+                 old, 7, B_A100_CACHE, BETA_A100_CACHE)
+    side_by_side(f"18 nodes, K=7: {args.baseline} / {args.baseline} (noise floor)", arrays, old,
+                 old, 7, B_A100_CACHE, BETA_A100_CACHE)
+    evict = [random_pool_arrays(rng, 200, 4, 8) for _ in range(20 if args.quick else 100)]
+    for name in ("offload", "resident"):
+        cost = family_cost(name, 32)
+        side_by_side(f"200 candidates, K=32, {name}: select_exact / at {args.baseline}", evict,
+                     new, old, 32, cost.b, cost.beta, rounds=1)
+    clique_rows(base, args)
+
+
+def clique_rows(base, args) -> None:
+    """Prop. 2's CLIQUE pools (gnp(14, 0.5), r = 5): every r-clique ties; process CPU time of
+    ``select_exact`` and of the baseline's, alternately, 3 rounds each."""
+    import networkx as nx
+
+    from solvers import clique_instance
+    for seed in range(2 if args.quick else 4):
+        inst = clique_instance(nx.gnp_random_graph(14, 0.5, seed=seed), 5)
+        old = base.clique_instance(nx.gnp_random_graph(14, 0.5, seed=seed), 5)
+        t_new, t_old = [], []
+        for _ in range(3):
+            for mine in (True, False):
+                pool = inst.pool if mine else old.pool
+                pool._cache.clear()
+                c0 = time.process_time()
+                sel = (select_exact if mine else base.select_exact)(
+                    pool, inst.K, inst.cost if mine else old.cost)
+                (t_new if mine else t_old).append(time.process_time() - c0)
+                if mine:
+                    method = sel.method
+        print(f"CLIQUE gnp(14, 0.5, seed {seed}), r = 5, {inst.pool.n} nodes, K = {inst.K}: "
+              f"select_exact median {statistics.median(t_new):.3f} s CPU ({method}), "
+              f"at {args.baseline} {statistics.median(t_old):.3f} s")
+
+
+def family_rows(args) -> None:
+    """Every family of ``solvers.random_pools.FAMILIES``: 200 candidates, K = 32."""
+    print(f"\nFamilies: 200 candidates, K = 32, {args.family_pools} pools each "
+          f"(cold per-pool cache; wide stars with time_limit = {args.star_limit:g} s)")
+    for family in FAMILIES:
+        rng = np.random.default_rng([args.seed, FAMILIES.index(family)])
+        pools = [family_pool(rng, family) for _ in range(args.family_pools)]
+        cost = family_cost(family, 32)
+        # the collector's full passes walk every object of the process (here: the pools
+        # built above), tens of ms each: keep the pools out of them, so that the times are
+        # the selections'
+        gc.collect()
+        gc.freeze()
+        limit = args.star_limit if family == "wide-star" else None
+        t_wall, t_cpu, gaps, methods, exact = [], [], [], Counter(), 0
+        for pool in pools:
+            c0 = time.process_time()
+            dt, sel = timed(select_exact, fresh(pool), 32, cost, time_limit=limit)
+            t_cpu.append(time.process_time() - c0)
+            t_wall.append(dt)
+            exact += sel.exact
+            methods[sel.method] += 1
+            gaps.append(sel.upper_bound / sel.ratio - 1.0)
+        print(f"  {family:19s} {stats(t_wall, tail=True)}  exact {exact}/{len(pools)}  "
+              f"max certified gap {max(gaps):.3%}  {dict(methods)}")
+        print(f"  {'':19s} (CPU: {stats(t_cpu, tail=True)})")
+        t_lim, c_lim, exact, gaps = [], [], 0, []
+        for pool in pools:
+            c0 = time.process_time()
+            dt, sel = timed(select_exact, fresh(pool), 32, cost, time_limit=args.limit_ms / 1e3)
+            c_lim.append(time.process_time() - c0)
+            t_lim.append(dt)
+            exact += sel.exact
+            gaps.append(sel.upper_bound / sel.ratio - 1.0)
+        over = sum(t > 2 * args.limit_ms / 1e3 for t in t_lim)
+        print(f"  {'':19s} time_limit {args.limit_ms:g} ms: returned in {stats(t_lim, tail=True)}"
+              f"  exact {exact}/{len(pools)}, median certified gap "
+              f"{statistics.median(gaps):.2%}; over {2 * args.limit_ms:g} ms: {over}")
+        print(f"  {'':19s} (CPU: {stats(c_lim, tail=True)})")
+        gc.unfreeze()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer pools (a smoke run)")
@@ -187,17 +351,39 @@ def main(argv=None) -> int:
                     help="of those, how many also run today's search")
     ap.add_argument("--cap", type=float, default=5.0,
                     help="seconds after which today's search is stopped")
+    ap.add_argument("--families-only", action="store_true",
+                    help="only the families and the side-by-side 18-node rows")
+    ap.add_argument("--family-pools", type=int, default=200, help="pools per family")
+    ap.add_argument("--star-limit", type=float, default=1.0,
+                    help="time_limit (s) of the wide stars' exact row")
+    ap.add_argument("--limit-ms", type=float, default=5.0, help="the time-limited rows' limit")
+    ap.add_argument("--baseline", default="542b068",
+                    help="commit whose select_exact the 18-node rows are compared with")
     args = ap.parse_args(argv)
     if args.quick:
-        args.pools, args.today, args.cap = 20, 5, 1.0
-    # warm up: imports and the first maximum flow are not part of any selection's time
-    select_exact(paper_shaped_pool(np.random.default_rng(12345), 200, depth=4, expand=8), 32,
-                 resident_cost(32))
+        args.pools, args.today, args.cap, args.family_pools = 20, 5, 1.0, 20
+    # warm up: imports (OR-Tools' CP-SAT, scipy's HiGHS) and the first maximum flow are not
+    # part of any selection's time
+    warm = np.random.default_rng(12345)
+    select_exact(paper_shaped_pool(warm, 200, depth=4, expand=8), 32, resident_cost(32))
+    for family in FAMILIES:
+        select_exact(family_pool(warm, family, 64), 32, family_cost(family, 32), time_limit=0.2)
+    from solvers.cpsat import select_exact_cpsat
+    from solvers.milp import select_exact_milp
+    small = paper_shaped_pool(warm, 12, depth=3, expand=2)
+    select_exact_cpsat(small, 4, resident_cost(4))
+    select_exact_milp(small, 4, resident_cost(4))
     rng = np.random.default_rng(args.seed)
     n18 = 60 if args.quick else 400
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"synthetic pools (solvers.random_pools); times per call on this machine "
           f"({os.cpu_count()} CPUs, load average {load:.1f} at start)\n")
+    baseline_rows(args, rng)
+    family_rows(args)
+    if args.families_only:
+        if hasattr(os, "getloadavg"):
+            print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+        return 0
 
     # -- pool construction ---------------------------------------------------------
     arrays = [random_pool_arrays(rng) for _ in range(n18)]

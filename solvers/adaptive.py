@@ -25,8 +25,9 @@ V≤1 … V≤m−2 only (all smaller than the pool).
 
 from __future__ import annotations
 
+from solvers.canonical import beats, canonical, prefix_view
 from solvers.cost import CostModel, Selection, check_K
-from solvers.exact import _beats, _canonical, _exact, prefix_view
+from solvers.exact import _exact
 from solvers.pool import Pool
 
 __all__ = ["select_adaptive_depth"]
@@ -53,11 +54,11 @@ def select_adaptive_depth(pool: Pool, K: int, cost: CostModel) -> tuple[Selectio
         union = 0
         for v in cut:
             union |= pool.masks[v]
-        cut_sel = _canonical(pool, cut, union, cost, None)
+        cut_sel = canonical(pool, cut, union, cost, None)
         if known is None:
             known = _level_selection(pool, K, cost, d - 1, None, prev_cut)
         prev_cut = cut_sel
-        if _beats(cut_sel[0], cut_sel[1], cut_sel[2], cut, known):
+        if beats(cut_sel[0], cut_sel[1], cut_sel[2], cut, known):
             known = None       # Ŝ_d holds a level-d node: draft the next level
             continue
         sel = _level_selection(pool, K, cost, d, known, cut_sel)
@@ -89,7 +90,7 @@ def _level_selection(pool: Pool, K: int, cost: CostModel, d: int, prev: list | N
         nodes = tuple(v for v in cand[3] if levels[v] <= d)
         if len(nodes) != len(cand[3]):
             continue
-        if best is None or _beats(cand[0], cand[1], cand[2], cand[3], best):
+        if best is None or beats(cand[0], cand[1], cand[2], cand[3], best):
             best = cand
     start = None
     if best is not None:

@@ -37,9 +37,9 @@ import math
 import numpy as np
 from ortools.graph.python import max_flow
 
+from solvers.canonical import prefix_incumbent
 from solvers.cost import CostModel, Selection, better_ratio
 from solvers.errors import InvalidInput
-from solvers.exact import _prefix_incumbent
 from solvers.pool import Pool
 
 __all__ = ["max_closure", "largest_ratio", "affine_parts", "affine_approximation",
@@ -239,7 +239,7 @@ def largest_ratio(pool: Pool, cost: CostModel, *,
     # start from the best top-p prefix: usually close to the optimum, so few cuts follow
     k = min(pool.n, len(cost.b) - 1)
     if k:
-        start = _prefix_incumbent(pool, k, cost, None)
+        start = prefix_incumbent(pool, k, cost, None)
         if better_ratio(start, best):
             best = start
     lam = best.ratio

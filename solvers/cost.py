@@ -71,12 +71,15 @@ class CostModel:
 class Selection:
     """A verified subtree: ``nodes`` ascending, R̂ (``reward``), F (``union``), T̂, R̂/T̂.
 
-    ``exact`` and ``upper_bound`` describe how it was selected (not compared by ``==``,
-    not copied by ``dataclasses.replace``): ``exact`` is False only when a time limit
-    stopped an exact search, which then returns its best subtree; ``upper_bound`` is
-    a proven upper bound on the optimum of the searched objective (the ratio for
-    Eq. 5, R̂ − λT̂ for the linear one): the selection's own value when exact, None
-    where nothing was searched (:func:`evaluate`, the closure without size limit).
+    ``exact``, ``upper_bound`` and ``method`` describe how it was selected (not
+    compared by ``==``, not copied by ``dataclasses.replace``): ``exact`` is False
+    only when a time limit stopped an exact search, which then returns its best
+    subtree; ``upper_bound`` is a proven upper bound on the optimum of the searched
+    objective (the ratio for Eq. 5, R̂ − λT̂ for the linear one): the selection's own
+    value when exact, None where nothing was searched (:func:`evaluate`, the closure
+    without size limit); ``method`` names the exact method that answered
+    (``"branch-and-bound"``, ``"closure-search"`` or ``"milp"``, docs/solvers.md),
+    None where nothing was searched.
     """
 
     nodes: tuple[int, ...]
@@ -85,9 +88,10 @@ class Selection:
     time: float
     ratio: float
     # not dataclass fields (so not compared, and free to construct): class defaults that
-    # the exact searches override per instance (solvers.exact._selection)
+    # the exact searches override per instance (solvers.canonical.selection)
     exact: ClassVar[bool] = True
     upper_bound: ClassVar[float | None] = None
+    method: ClassVar[str | None] = None
 
     @property
     def size(self) -> int:

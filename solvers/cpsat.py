@@ -1,5 +1,5 @@
-"""CP-SAT (OR-Tools) for Eq. 5 and max R̂ − λT̂ over A_K: an independent check and the exact
-fallback of the closure-bounded search (:mod:`solvers.lagrangian`).
+"""CP-SAT (OR-Tools) for Eq. 5 and max R̂ − λT̂ over A_K: an independent check, and the member
+of :func:`solvers.select_exact`'s portfolio that enumerates many near-ties at once.
 
 Model for a fixed λ: booleans x_v (node selected) with x_v <= x_parent(v); one
 boolean y_c per class c of (layer, expert) pairs outside the root's that are
@@ -22,9 +22,10 @@ at most E = (n + 1 + #classes)/2 for every subtree (one half per coefficient).
   whose integer objective is within 2E + (margin) of the incumbent's.  Every
   subtree that could tie with or beat the incumbent in floating point is among
   them; each is evaluated canonically (:mod:`solvers.cost`) and compared under
-  the full tie rule.  On the CLIQUE-shaped pools of Prop. 2, where the
-  branch and bound visits millions of states, this takes a fraction of a
-  second.
+  the full tie rule.  The portfolio calls it where the MILP of
+  :mod:`solvers.milp` meets more near-ties than it compares one by one (Prop. 2's
+  CLIQUE pools, where every r-clique ties: a fraction of a second), on models of
+  at most 400 pair classes (larger ones take CP-SAT tens of seconds).
 
 Exponential worst case (Prop. 2); model building costs O(n·U) numpy work plus
 O(n + classes + holder entries) Python calls.

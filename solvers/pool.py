@@ -68,6 +68,70 @@ def _read_only(arr):
     return arr
 
 
+
+def _levels(par: np.ndarray, plist: list[int]) -> list[int]:
+    """Levels (1 = child of the root), checking the parent rule on the way (messages:
+    :func:`_check_parents`)."""
+    levels: list[int] = []
+    for i, a in enumerate(plist):
+        if a < 0:
+            if a != -1:
+                _check_parents(par)
+            levels.append(1)
+        elif a < i:
+            levels.append(levels[a] + 1)
+        else:
+            _check_parents(par)
+    return levels
+
+
+def _checked_probs(probs, n: int) -> list[float]:
+    """``probs`` as n floats in [0, 1] (InvalidInput otherwise; NaN fails too)."""
+    try:
+        p = np.asarray(probs, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"probs must be numbers: {exc}") from None
+    if p.shape != (n,):
+        raise InvalidInput(f"probs has shape {p.shape}, expected ({n},) to match parents")
+    plain_p = p.tolist()
+    if not all(0.0 <= x <= 1.0 for x in plain_p):
+        bad = np.nonzero(~((p >= 0.0) & (p <= 1.0)))[0]
+        raise InvalidInput(f"probs: node {int(bad[0])} has probability {p[bad[0]]!r}, "
+                           f"outside [0, 1]")
+    return plain_p
+
+
+def _check_routes(root: np.ndarray, nodes: np.ndarray, n: int, L: int, N: int) -> None:
+    if nodes.shape[0] != n:
+        raise InvalidInput(f"node_routes has {nodes.shape[0]} nodes but parents has {n}")
+    if n and nodes.shape[1] != L:
+        raise InvalidInput(f"node_routes has {nodes.shape[1]} layers but root_routes has {L}")
+    for name, arr in (("root_routes", root), ("node_routes", nodes)):
+        if arr.size and (arr.min() < 0 or arr.max() >= N):
+            bad_val = arr.min() if arr.min() < 0 else arr.max()
+            raise InvalidInput(f"{name}: expert id {int(bad_val)} is outside [0, {N})")
+
+
+def _bitmaps(flat: np.ndarray, root_flat: np.ndarray, pairs: int):
+    """(masks, packed, used) of the nodes' flat pair ids ``flat`` [n, L·k]: the pairs some
+    node adds (not the root's) renumbered densely, so that the bitmaps stay short."""
+    n = flat.shape[0]
+    present = np.zeros(pairs, dtype=bool)
+    present[flat] = True
+    present[root_flat] = False
+    used = np.flatnonzero(present)
+    U = used.size
+    column = np.full(pairs, U, dtype=np.intp)   # root pairs -> spare column U
+    column[used] = np.arange(U, dtype=np.intp)
+    width = U + 1
+    member = np.zeros(n * width, dtype=bool)
+    member[(column[flat] + (np.arange(n, dtype=np.intp) * width)[:, None]).ravel()] = True
+    packed = np.packbits(member.reshape(n, width)[:, :U], axis=1, bitorder="little")
+    from_bytes = int.from_bytes
+    raw, nb = packed.tobytes(), packed.shape[1]
+    masks = tuple([from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n)])
+    return masks, packed, used
+
 class _RootRoute:
     """The root's flat pair ids as routed (repeats possible): :attr:`Pool.root_pairs` before it is first read."""
 
@@ -193,41 +257,13 @@ class Pool:
         par = _as_int_array("parents", parents, 1)
         n = par.shape[0]
         plist = par.tolist()
-        # levels, and the parent rule checked on the way (messages: _check_parents)
-        levels: list[int] = []
-        for i, a in enumerate(plist):
-            if a < 0:
-                if a != -1:
-                    _check_parents(par)
-                levels.append(1)
-            elif a < i:
-                levels.append(levels[a] + 1)
-            else:
-                _check_parents(par)
-        try:
-            p = np.asarray(probs, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"probs must be numbers: {exc}") from None
-        if p.shape != (n,):
-            raise InvalidInput(f"probs has shape {p.shape}, expected ({n},) to match parents")
-        plain_p = p.tolist()
-        if not all(0.0 <= x <= 1.0 for x in plain_p):      # NaN fails too
-            bad = np.nonzero(~((p >= 0.0) & (p <= 1.0)))[0]
-            raise InvalidInput(f"probs: node {int(bad[0])} has probability {p[bad[0]]!r}, "
-                               f"outside [0, 1]")
+        levels = _levels(par, plist)
+        plain_p = _checked_probs(probs, n)
         root = _as_int_array("root_routes", root_routes, 2)
         L = root.shape[0]
         nodes = _as_int_array("node_routes", node_routes, 3)
-        if nodes.shape[0] != n:
-            raise InvalidInput(f"node_routes has {nodes.shape[0]} nodes but parents has {n}")
-        if n and nodes.shape[1] != L:
-            raise InvalidInput(f"node_routes has {nodes.shape[1]} layers but root_routes has {L}")
-        for name, arr in (("root_routes", root), ("node_routes", nodes)):
-            if arr.size and (arr.min() < 0 or arr.max() >= N):
-                bad_val = arr.min() if arr.min() < 0 else arr.max()
-                raise InvalidInput(f"{name}: expert id {int(bad_val)} is outside [0, {N})")
-        idx_dtype = np.intp
-        offset = (np.arange(L, dtype=idx_dtype) * N)[:, None]
+        _check_routes(root, nodes, n, L, N)
+        offset = (np.arange(L, dtype=np.intp) * N)[:, None]
         root_flat = (root + offset).ravel()
         in_root = np.zeros(L * N, dtype=bool)
         in_root[root_flat] = True
@@ -239,22 +275,7 @@ class Pool:
             packed = np.zeros((0, 1), dtype=np.uint8)
             used = np.zeros(0, dtype=np.int64)
         else:
-            flat = (nodes + offset).reshape(n, -1)
-            # renumber the pairs some node adds (not the root's) densely: short bitmaps
-            present = np.zeros(L * N, dtype=bool)
-            present[flat] = True
-            present[root_flat] = False
-            used = np.flatnonzero(present)
-            U = used.size
-            column = np.full(L * N, U, dtype=idx_dtype)   # root pairs -> spare column U
-            column[used] = np.arange(U, dtype=idx_dtype)
-            width = U + 1
-            member = np.zeros(n * width, dtype=bool)
-            member[(column[flat] + (np.arange(n, dtype=idx_dtype) * width)[:, None]).ravel()] = True
-            packed = np.packbits(member.reshape(n, width)[:, :U], axis=1, bitorder="little")
-            from_bytes = int.from_bytes
-            raw, nb = packed.tobytes(), packed.shape[1]
-            masks = tuple([from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(n)])
+            masks, packed, used = _bitmaps((nodes + offset).reshape(n, -1), root_flat, L * N)
             credits = None      # computed from the masks by __init__ (n short int ops)
         return cls(tuple(plist), tuple(plain_p), tuple(levels), L, N, root_count, masks,
                    credits, packed=packed, pair_ids=used, root_pairs=root_pairs)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from solvers.cost import CostModel
 from solvers.pool import Pool
 
-__all__ = ["random_tree_shape", "random_routes", "random_pool_arrays", "paper_shaped_pool"]
+__all__ = ["random_tree_shape", "random_routes", "random_pool_arrays", "paper_shaped_pool",
+           "FAMILIES", "family_pool", "family_cost", "bf16"]
 
 
 def random_tree_shape(rng: np.random.Generator, nodes: int = 18, depth: int = 5,
@@ -84,3 +86,92 @@ def paper_shaped_pool(rng: np.random.Generator, nodes: int = 18, depth: int = 5,
                       beam: int | None = None) -> Pool:
     """A synthetic pool: top-2 expansion, depth 5, 18 nodes, 48 layers × 128 experts, top-8."""
     return Pool.from_routes(*random_pool_arrays(rng, nodes, depth, expand, L, N, k, overlap, beam))
+
+
+#: the pool families of ``benchmarks/bench_solvers.py`` and the tests (all synthetic)
+FAMILIES = ("offload", "resident", "resident-loose", "identical-siblings", "flat-distinct",
+            "flat-shared", "bf16", "wide-star")
+
+_APP_B = (142.214, 147.532, 150.522, 152.269, 152.743, 163.204, 155.175, 156.068)
+
+
+def family_cost(family: str, K: int) -> CostModel:
+    """The cost of a family (:data:`FAMILIES`): ``offload``, SpecFit App. B (A100 with
+    cache, b_j = b_7 + 2(j − 7) ms beyond 7); ``resident-loose``, b_j = 142 + 0.25 j ms and
+    β = 0.01 ms (K = 32 does not bind on most pools); every other family the resident
+    cost b_j = 142 + 0.5 j ms, β = 0.02 ms."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    if family == "offload":
+        b = list(_APP_B) + [_APP_B[-1] + 2.0 * (j - 7) for j in range(8, K + 1)]
+        return CostModel(b[:K + 1], 0.210715513)
+    if family == "resident-loose":
+        return CostModel([142.0 + 0.25 * j for j in range(K + 1)], 0.01)
+    return CostModel([142.0 + 0.5 * j for j in range(K + 1)], 0.02)
+
+
+def bf16(x) -> np.ndarray:
+    """Round to bfloat16 (nearest, ties to even), returned as float64."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def family_pool(rng: np.random.Generator, family: str, nodes: int = 200) -> Pool:
+    """A pool of a family (:data:`FAMILIES`), EVICT-shaped unless said otherwise: top-8
+    expansion, depth 4 (200 nodes: 8 + 64 + 64 + 64), 48 layers × 128 experts, top-8 routes
+    with parent–child overlap 0.6.
+
+    * ``offload``, ``resident``, ``resident-loose``: that pool (the costs differ);
+    * ``bf16``: its path probabilities rounded to bfloat16;
+    * ``identical-siblings``: runs of 2–4 consecutive siblings share their mean
+      conditional probability and the first one's routes;
+    * ``flat-distinct``: one probability for every node (U(0.05, 0.5) per pool), and
+      every node routes to 8 experts per layer that no other node, nor the root, uses
+      (8·(n + 1) experts per layer): every subtree of a size ties;
+    * ``flat-shared``: one probability, every node routes to the root's experts;
+    * ``wide-star``: ``nodes`` children of the root, one probability, overlap 0.6.
+    """
+    family_cost(family, 0)              # validates the name
+    if family == "wide-star":
+        parents = np.full(nodes, -1, dtype=np.int64)
+    else:
+        parents, probs = random_tree_shape(rng, nodes, 4, 8)
+    n = len(parents)
+    if family == "flat-distinct":
+        k, L = 8, 48
+        root = np.tile(np.arange(k), (L, 1))
+        routes = np.tile(np.arange(k), (n, L, 1)) + k * (np.arange(n) + 1)[:, None, None]
+        return Pool.from_routes(parents.tolist(), [rng.uniform(0.05, 0.5)] * n, root, routes,
+                                k * (n + 1))
+    root, routes = random_routes(rng, parents, 48, 128, 8, 0.6)
+    if family in ("flat-shared", "wide-star"):
+        probs = np.full(n, rng.uniform(0.05, 0.5))
+        if family == "flat-shared":
+            routes[:] = root
+    elif family == "bf16":
+        probs = bf16(probs)
+    elif family == "identical-siblings":
+        probs, routes = _twins(rng, parents, probs, routes)
+    return Pool.from_routes(parents.tolist(), probs.tolist(), root, routes, 128)
+
+
+def _twins(rng: np.random.Generator, parents: np.ndarray, probs: np.ndarray,
+           routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of 2–4 consecutive siblings with one conditional probability and one route."""
+    par = parents.tolist()
+    q = np.array([p / (1.0 if a < 0 else probs[a]) for p, a in zip(probs, par, strict=True)])
+    routes = routes.copy()
+    i = 0
+    while i < len(par):
+        j = i
+        size = int(rng.integers(2, 5))
+        while j + 1 < len(par) and par[j + 1] == par[i] and j + 1 - i < size:
+            j += 1
+        q[i:j + 1] = q[i:j + 1].mean()
+        routes[i:j + 1] = routes[i]
+        i = j + 1
+    out = np.empty(len(par))
+    for v, a in enumerate(par):
+        out[v] = q[v] * (1.0 if a < 0 else out[a])
+    return out, routes

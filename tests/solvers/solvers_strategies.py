@@ -97,3 +97,57 @@ def shaped_costs(draw, K: int):
         b = [100.0] * (K + 1)
     beta = draw(st.sampled_from([0.0, 0.02, 0.210715513, 1.0, 20.0]))
     return CostModel(b, beta)
+
+
+def _bf16(x: float) -> float:
+    u = int(np.float32(x).view(np.uint32))
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return float(np.uint32(u).view(np.float32))
+
+
+@st.composite
+def tie_pools(draw, max_nodes: int = 14, min_nodes: int = 0):
+    """Small pools built to tie: one probability for all nodes, a few values, or bf16-rounded
+    ones; every node with the root's experts, with experts no other node has, siblings
+    copying each other's, or random ones."""
+    n = draw(st.integers(min_nodes, max_nodes))
+    L = draw(st.integers(1, 2))
+    k = draw(st.integers(1, 2))
+    shape = draw(st.sampled_from(["random", "star", "chain", "broom"]))
+    if shape == "star":
+        parents = [-1] * n
+    elif shape == "chain":
+        parents = [i - 1 for i in range(n)]
+    elif shape == "broom":          # a few root children, the rest under the first ones
+        parents = [-1 if i < 3 else draw(st.integers(0, min(i - 1, 2))) for i in range(n)]
+    else:
+        parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
+    probs_mode = draw(st.sampled_from(["equal", "few", "bf16", "twins"]))
+    if probs_mode == "equal":
+        probs = [draw(PROBS)] * n
+    elif probs_mode == "few":
+        values = draw(st.lists(PROBS, min_size=1, max_size=3))
+        probs = [draw(st.sampled_from(values)) for _ in range(n)]
+    else:
+        probs = [_bf16(draw(st.floats(0.0, 1.0))) for _ in range(n)]
+    routes_mode = draw(st.sampled_from(["shared", "distinct", "twins", "random"]))
+    N = k * (n + 1) if routes_mode == "distinct" else draw(st.integers(max(k, 2), 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def route():
+        return np.sort(np.argsort(rng.random((L, N)), axis=1)[:, :k], axis=1)
+
+    root = np.tile(np.arange(k), (L, 1)) if routes_mode == "distinct" else route()
+    nodes = np.empty((n, L, k), dtype=np.int64)
+    for v, a in enumerate(parents):
+        if routes_mode == "shared":
+            nodes[v] = root
+        elif routes_mode == "distinct":
+            nodes[v] = np.tile(np.arange(k) + k * (v + 1), (L, 1))
+        elif routes_mode == "twins" and v and parents[v - 1] == a and draw(st.booleans()):
+            nodes[v] = nodes[v - 1]
+            if probs_mode == "twins":
+                probs[v] = probs[v - 1]
+        else:
+            nodes[v] = route()
+    return RawPool(parents, probs, root, nodes, N)

@@ -123,8 +123,8 @@ def test_a_time_limit_returns_a_certified_bound():
     cost = CostModel(offload(16).b, 0.02)
     best = select_exact(pool, 16, cost)
     assert best.exact
-    # a limit far below the time of the first flows: the search stops at its first look at
-    # the clock (after 64 states; this pool needs thousands)
+    # a limit far below the time of the first flows: the selection stops before them or at
+    # the search's first look at the clock (this pool needs thousands of states)
     for method in (select_exact, lagrangian_ratio):
         sel = method(pool, 16, cost, time_limit=1e-9)
         assert not sel.exact
@@ -240,43 +240,54 @@ def test_with_free_needs_the_pair_map():
         select_marginal(base, 1, CostModel([1.0, 1.0], 0.5), [set()], lam=0.1, start=[0])
 
 
-class _budget:
-    """Hand every search over to CP-SAT at once (solvers.cpsat.finish_exact)."""
+class _solver_first:
+    """Hand every selection to the MILP (or CP-SAT) after one search state."""
+
+    def __init__(self, solver: str = "milp"):
+        self.solver = solver
 
     def __enter__(self):
-        import solvers.lagrangian as lg
-        self.saved = lg._SEARCH_STATES, lg._CLOCK_EVERY
-        lg._SEARCH_STATES, lg._CLOCK_EVERY = 0, 1
+        import solvers.closure_search as cs
+        import solvers.exact as ex
+        self.saved = (ex._FAST_WORK, ex._SEARCH_STATES, ex._SOLVERS, ex._MILP_SECONDS,
+                      cs._CLOCK_EVERY)
+        ex._FAST_WORK, ex._SEARCH_STATES, cs._CLOCK_EVERY = 0, 0, 1
+        ex._SOLVERS, ex._MILP_SECONDS = (self.solver,), 60.0
         return self
 
     def __exit__(self, *exc):
-        import solvers.lagrangian as lg
-        lg._SEARCH_STATES, lg._CLOCK_EVERY = self.saved
+        import solvers.closure_search as cs
+        import solvers.exact as ex
+        (ex._FAST_WORK, ex._SEARCH_STATES, ex._SOLVERS, ex._MILP_SECONDS,
+         cs._CLOCK_EVERY) = self.saved
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.data())
-def test_the_cpsat_fallback_is_exact_under_the_tie_rule(data):
+def test_the_milp_is_exact_under_the_tie_rule(data):
     raw = data.draw(raw_pools(max_nodes=8, min_nodes=1))
     K = data.draw(st.integers(1, 8))
     b, beta = data.draw(costs(K))
     pool = Pool.from_routes(*raw.args())
-    with _budget():
-        sel = lagrangian_ratio(pool, K, CostModel(b, beta))
+    with _solver_first("milp"):
+        sel = select_exact(pool, K, CostModel(b, beta))
         lam = data.draw(st.sampled_from([0.0, 0.1, 0.5]))
-        lin = lagrangian_linear(pool, K, CostModel(b, beta), lam)
+        lin = select_max_linear(pool, K, CostModel(b, beta), lam)
     assert (sel.nodes, sel.reward, sel.union, sel.time, sel.ratio) == brute_ratio(raw, K, b, beta)
     nodes, value = brute_linear(raw, K, b, beta, lam)
     assert lin.nodes == nodes and lin.reward - lam * lin.time == value
 
 
-def test_the_cpsat_fallback_on_a_clique_instance():
-    # Prop. 2's pools: every r-clique ties; the search alone visits ~10^5 states here
+def test_cp_sat_on_a_clique_instance():
+    # Prop. 2's pools: every r-clique ties; the closure search alone visits ~10^5 states
+    # here, the MILP compares the tied sets one at a time, CP-SAT enumerates them at once
     import networkx as nx
 
     from solvers import clique_instance
     inst = clique_instance(nx.gnp_random_graph(11, 0.6, seed=3), 4)
     ref = branch_and_bound_ratio(inst.pool, inst.K, inst.cost)
-    with _budget():
-        same(lagrangian_ratio(inst.pool, inst.K, inst.cost), ref)
+    with _solver_first("cp-sat"):
+        sel = select_exact(inst.pool, inst.K, inst.cost)
+    same(sel, ref)
+    assert sel.method == "cp-sat"
     same(select_exact(inst.pool, inst.K, inst.cost), ref)
