@@ -101,10 +101,11 @@ def test_default_output_is_reproducible_and_charges_the_profile_selector_time(fi
 
 def test_progress_label_counts_selectors_and_the_baseline(files, capsys, monkeypatch):
     import simmoe.cli.replay as cli
+    from simmoe.progress import NoProgress
 
     labels = []
 
-    class Recorder(cli._NoProgress):
+    class Recorder(NoProgress):
         def add_task(self, description, **k):
             labels.append(description)
             return 0
