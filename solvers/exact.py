@@ -29,11 +29,11 @@ Exact methods, all returning the unique winner of §3.3's tie rule:
   O(|A_K|·w); on SpecFit-shaped pools it evaluates about 7.5 subtrees per
   selection where enumeration evaluates about 290
   (``benchmarks/bench_solvers.py``).
-* :func:`select_exact` — a portfolio (``_exact``): a uniform pool (every
-  subtree of a size ties: :mod:`solvers.uniform`) by its best id prefix in
-  O(n + K); otherwise that branch and bound for
+* :func:`select_exact` — a portfolio (``_exact``): that branch and bound for
   a small work budget (``_FAST_WORK``: it finishes within it on SpecFit's
-  pools); then the closure-bounded search of :mod:`solvers.lagrangian` (with
+  pools); then a uniform pool (every subtree of a size ties:
+  :mod:`solvers.uniform`) by its best id prefix in O(n + K), any other by the
+  closure-bounded search of :mod:`solvers.lagrangian` (with
   the exchange dominance of :mod:`solvers.dominance`) for ``_SEARCH_STATES``
   states; then, on the nodes that can still matter, the MILP of
   :mod:`solvers.milp` or, on small models, CP-SAT (:mod:`solvers.cpsat`), for
@@ -126,15 +126,13 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
            deadline: float | None) -> Selection:
     """What :func:`select_exact` (``lam`` None) and :func:`select_max_linear` run.
 
-    A uniform pool (:mod:`solvers.uniform`: every subtree of a size ties) is answered
-    by its best prefix.  Otherwise today's branch and bound for at most ``_FAST_WORK`` work units (one per
+    Today's branch and bound for at most ``_FAST_WORK`` work units (one per
     search state, and (ids sorted)/8 per sorted bound; it finishes within them
     on SpecFit-sized pools: at most 35 states on the benchmark's 18-node pools,
-    8.5 on average), then, from its incumbent, the portfolio of the module
-    docstring.  ``deadline``: a ``time.perf_counter()`` instant or None.
+    8.5 on average), then a uniform pool (:mod:`solvers.uniform`: every subtree of a
+    size ties) by its best prefix, any other from the incumbent by the portfolio of the
+    module docstring.  ``deadline``: a ``time.perf_counter()`` instant or None.
     """
-    if _UNIFORM and K > 0 and is_uniform(pool):
-        return selection(cost, uniform_best(pool, K, cost, lam), UNIFORM)
     view = search_view(pool)
     if start is None:
         inc = prefix_start(pool, K, cost, lam, view)
@@ -144,6 +142,8 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
         try:
             _search(pool, K, cost, lam, view, inc, _FAST_WORK)
         except _OutOfBudget:
+            if _UNIFORM and is_uniform(pool):
+                return selection(cost, uniform_best(pool, K, cost, lam), UNIFORM)
             return _portfolio(SearchState(pool, K, cost, lam, inc, deadline))
     return selection(cost, inc, BRANCH_AND_BOUND)
 
