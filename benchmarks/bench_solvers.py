@@ -17,7 +17,10 @@ sensitive to other jobs on a shared machine), of:
   (``Selection.method``) is counted.  The pools of a family are frozen out of
   the garbage collector (``gc.freeze``) while they are timed: its full passes
   walk every object of the process (tens of ms with 200 pools held), a cost of
-  the benchmark's heap, not of a selection;
+  the benchmark's heap, not of a selection.  For the same reason each pool's
+  cache is cleared after its selection too (a serving loop drops a cycle's pool):
+  with the caches of the 200 pools kept, one gen-2 collection inside a 5 ms-limited
+  selection walked them for 8 ms (a flat-shared pool returned after 10–11 ms);
 * ``select_exact`` on SpecFit's 18-node pools (K = 7) beside the same function at
   commit ``--baseline`` (its ``solvers`` package taken with ``git archive`` into a
   temporary directory and imported as ``solvers_baseline``), called alternately
@@ -247,6 +250,8 @@ def side_by_side(label: str, arrays, first, second, K: int, b, beta: float,
                 dt1, s1 = timed(first[2], p1, K, costs[0])
             if (s1.nodes, s1.ratio) != (s2.nodes, s2.ratio):
                 raise SystemExit(f"{label}: the two disagree on pool {i}: {s1} vs {s2}")
+            p1._cache.clear()
+            p2._cache.clear()
             t1.append(dt1)
             t2.append(dt2)
     ratio = statistics.median(a / b for a, b in zip(t1, t2, strict=True))
@@ -319,6 +324,7 @@ def family_rows(args) -> None:
             c0 = time.process_time()
             dt, sel = timed(select_exact, fresh(pool), 32, cost, time_limit=limit)
             t_cpu.append(time.process_time() - c0)
+            fresh(pool)
             t_wall.append(dt)
             exact += sel.exact
             methods[sel.method] += 1
@@ -331,6 +337,7 @@ def family_rows(args) -> None:
             c0 = time.process_time()
             dt, sel = timed(select_exact, fresh(pool), 32, cost, time_limit=args.limit_ms / 1e3)
             c_lim.append(time.process_time() - c0)
+            fresh(pool)
             t_lim.append(dt)
             exact += sel.exact
             gaps.append(sel.upper_bound / sel.ratio - 1.0)

@@ -18,7 +18,8 @@ from solvers.cost import CostModel, Selection
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
-__all__ = ["REL_TOL", "BRANCH_AND_BOUND", "CLOSURE_SEARCH", "MILP", "CPSAT", "SearchView", "search_view",
+__all__ = ["REL_TOL", "BRANCH_AND_BOUND", "CLOSURE_SEARCH", "MILP", "CPSAT", "UNIFORM",
+           "SearchView", "search_view",
            "prefix_view", "canonical", "beats", "prefix_start", "prefix_incumbent",
            "first_incumbent", "selection", "check_lam", "SearchState", "Late"]
 
@@ -30,6 +31,7 @@ BRANCH_AND_BOUND = "branch-and-bound"      # solvers.exact's credit-bounded sear
 CLOSURE_SEARCH = "closure-search"          # solvers.lagrangian's closure-bounded search
 MILP = "milp"                              # solvers.milp (HiGHS inside Dinkelbach's loop)
 CPSAT = "cp-sat"                           # solvers.cpsat.finish_exact (many near-ties)
+UNIFORM = "uniform"                        # solvers.uniform (every subtree of a size ties)
 
 
 class SearchView:

@@ -78,7 +78,8 @@ class Selection:
     objective (the ratio for Eq. 5, R̂ − λT̂ for the linear one): the selection's own
     value when exact, None where nothing was searched (:func:`evaluate`, the closure
     without size limit); ``method`` names the exact method that answered
-    (``"branch-and-bound"``, ``"closure-search"`` or ``"milp"``, docs/solvers.md),
+    (``"uniform"``, ``"branch-and-bound"``, ``"closure-search"``, ``"milp"`` or
+    ``"cp-sat"``, docs/solvers.md),
     None where nothing was searched.
     """
 

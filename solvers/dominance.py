@@ -101,13 +101,15 @@ class Dominance:
         cov = cover(pool)
         fresh = np.diff(cov.starts)                  # |fresh(u)|
         alone = cov.alone                            # alone(j)
+        # (F): |fresh(u)| <= alone(j), or identical bitmaps
+        twins = _twins(pool)
+        if twins is None and not (np.minimum.accumulate(fresh)[:-1] <= alone[1:]).any():
+            return                      # no pair u < j meets (F): O(n) to see
         p = np.asarray(pool.probs, dtype=np.float64)
-        # (F): |fresh(u)| <= alone(j), or identical bitmaps (looked for only where the
-        # first form fails for a pair that (R) may admit)
         upper = np.tri(n, k=-1, dtype=bool).T                     # u < j: rows u, columns j
         ok = (fresh[:, None] <= alone[None, :]) & upper
-        if (upper & ~ok & (p[:, None] >= p[None, :])).any():
-            ok |= _same_bitmaps(pool) & upper
+        if twins is not None:
+            ok |= twins
         if not ok.any():
             return
         local = ok & (p[:, None] >= p[None, :])
@@ -156,37 +158,26 @@ def sums_are_exact(probs) -> bool:
     return total < (1 << 53)
 
 
-def _same_bitmaps(pool: Pool) -> np.ndarray:
-    """n × n: whether two nodes have the same bitmap."""
-    n = pool.n
-    if pool.packed is not None and pool.packed.shape[0] == n:
-        rows = np.ascontiguousarray(pool.packed)       # the bitmaps themselves
-        keys = rows.view(np.dtype((np.void, max(rows.shape[1], 1)))).ravel() \
-            if rows.shape[1] else np.zeros(n)
-        _, mask_class = np.unique(keys, return_inverse=True)
-        return mask_class[:, None] == mask_class[None, :]
-    _, mask_class = np.unique(np.asarray([hash(m) for m in pool.masks]), return_inverse=True)
-    same = mask_class[:, None] == mask_class[None, :]
-    if same.sum() > n:     # hash collisions: confirm equal classes exactly
-        same &= _equal_masks(pool, mask_class)
-    return same
-
-
-def _equal_masks(pool: Pool, mask_class: np.ndarray) -> np.ndarray:
-    """The exact equality of bitmaps, within classes of equal hashes (each member compared
-    with one representative per distinct bitmap)."""
+def _twins(pool: Pool) -> np.ndarray | None:
+    """n × n: u < j with the same bitmap (rows u, columns j), or None where there is none.
+    B_u == B_j with u < j needs credit_j = 0 (j holds no pair first), so only those
+    columns are looked at: exact int comparisons, at C speed (``tuple.index``)."""
     masks = pool.masks
-    exact = np.arange(pool.n)
-    for c in np.unique(mask_class).tolist():
-        reps: list[int] = []
-        for v in np.flatnonzero(mask_class == c).tolist():
-            for r in reps:
-                if masks[r] == masks[v]:
-                    exact[v] = r
-                    break
-            else:
-                reps.append(v)
-    return exact[:, None] == exact[None, :]
+    out: np.ndarray | None = None
+    for j, c in enumerate(pool.credits):
+        if c:
+            continue
+        x, u = masks[j], 0
+        while True:
+            try:
+                u = masks.index(x, u, j)
+            except ValueError:
+                break
+            if out is None:
+                out = np.zeros((pool.n, pool.n), dtype=bool)
+            out[u, j] = True
+            u += 1
+    return out
 
 
 def _columns_as_ints(mat: np.ndarray) -> list[int]:

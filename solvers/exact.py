@@ -31,7 +31,9 @@ Exact methods, all returning the unique winner of §3.3's tie rule:
   (``benchmarks/bench_solvers.py``).
 * :func:`select_exact` — a portfolio (``_exact``): that branch and bound for
   a small work budget (``_FAST_WORK``: it finishes within it on SpecFit's
-  pools); then the closure-bounded search of :mod:`solvers.lagrangian` (with
+  pools); then a uniform pool (every subtree of a size ties:
+  :mod:`solvers.uniform`) by its best id prefix in O(n + K), any other by the
+  closure-bounded search of :mod:`solvers.lagrangian` (with
   the exchange dominance of :mod:`solvers.dominance`) for ``_SEARCH_STATES``
   states; then, on the nodes that can still matter, the MILP of
   :mod:`solvers.milp` or, on small models, CP-SAT (:mod:`solvers.cpsat`), for
@@ -68,6 +70,7 @@ from solvers.canonical import (
     CPSAT,
     MILP,
     REL_TOL,
+    UNIFORM,
     SearchState,
     SearchView,
     beats,
@@ -93,6 +96,7 @@ from solvers.errors import InvalidInput
 from solvers.lagrangian import credit_upper, prepare, useful_pool
 from solvers.milp import finish as milp_finish
 from solvers.pool import Pool, holder_classes
+from solvers.uniform import is_uniform, uniform_best
 
 __all__ = ["select_exact", "select_max_linear", "select_marginal", "enumerate_ratio",
            "enumerate_linear", "branch_and_bound_ratio", "branch_and_bound_linear"]
@@ -104,6 +108,7 @@ _MILP_SECONDS = 0.02      # the solvers' least time a round (else: the search's 
 _CPSAT_CLASSES = 400      # CP-SAT enumerates near-ties on models of at most this many classes
 _CPSAT_SMALL = 50         # ... and runs before the MILP on models of at most this many
 _SOLVERS = (MILP, CPSAT)  # tried in turn after each round of the search
+_UNIFORM = True           # uniform pools (solvers.uniform) answered in O(n + K)
 
 
 def _branch_and_bound(pool: Pool, K: int, cost: CostModel, lam: float | None,
@@ -124,8 +129,9 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
     Today's branch and bound for at most ``_FAST_WORK`` work units (one per
     search state, and (ids sorted)/8 per sorted bound; it finishes within them
     on SpecFit-sized pools: at most 35 states on the benchmark's 18-node pools,
-    8.5 on average), then, from its incumbent, the portfolio of the module
-    docstring.  ``deadline``: a ``time.perf_counter()`` instant or None.
+    8.5 on average), then a uniform pool (:mod:`solvers.uniform`: every subtree of a
+    size ties) by its best prefix, any other from the incumbent by the portfolio of the
+    module docstring.  ``deadline``: a ``time.perf_counter()`` instant or None.
     """
     view = search_view(pool)
     if start is None:
@@ -136,6 +142,8 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
         try:
             _search(pool, K, cost, lam, view, inc, _FAST_WORK)
         except _OutOfBudget:
+            if _UNIFORM and is_uniform(pool):
+                return selection(cost, uniform_best(pool, K, cost, lam), UNIFORM)
             return _portfolio(SearchState(pool, K, cost, lam, inc, deadline))
     return selection(cost, inc, BRANCH_AND_BOUND)
 

@@ -30,8 +30,9 @@ class _forced:
 
     def __enter__(self):
         self.saved = (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES,
-                      exact._SOLVERS, exact._MILP_SECONDS, closure_search._CLOCK_EVERY)
-        exact._FAST_WORK = 0
+                      exact._SOLVERS, exact._MILP_SECONDS, closure_search._CLOCK_EVERY,
+                      exact._UNIFORM)
+        exact._FAST_WORK, exact._UNIFORM = 0, False
         if self.method != "closure":
             exact._SEARCH_STATES, closure_search._CLOCK_EVERY = 0, 1
             exact._CPSAT_CLASSES, exact._SOLVERS = 10 ** 9, (self.method,)
@@ -40,7 +41,7 @@ class _forced:
 
     def __exit__(self, *exc):
         (exact._FAST_WORK, exact._SEARCH_STATES, exact._CPSAT_CLASSES, exact._SOLVERS,
-         exact._MILP_SECONDS, closure_search._CLOCK_EVERY) = self.saved
+         exact._MILP_SECONDS, closure_search._CLOCK_EVERY, exact._UNIFORM) = self.saved
 
 
 def canonical(sel):
@@ -70,7 +71,7 @@ def test_tied_pools_equal_brute_force_whatever_method_answers(data):
         assert lin.nodes == want_lin[0] and lin.reward - lam * lin.time == want_lin[1]
         assert sel.exact and sel.upper_bound == sel.ratio
         answered.add(sel.method)
-    assert answered <= {"branch-and-bound", "closure-search", "milp", "cp-sat"}
+    assert answered <= {"branch-and-bound", "closure-search", "milp", "cp-sat", "uniform"}
 
 
 @settings(max_examples=40)
