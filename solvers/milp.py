@@ -44,8 +44,6 @@ import math
 import time
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csr_array
 
 from solvers.canonical import SearchState
 from solvers.cost import CostModel, Selection, check_K, evaluate
@@ -134,6 +132,8 @@ class Model:
             rows.append((list(range(self.n)), [1.0 if v in inside else -1.0
                                                for v in range(self.n)],
                          -np.inf, len(done) - 1.0))
+        from scipy.optimize import Bounds, milp  # scipy.optimize takes ~0.4 s to import: only when a MILP runs
+
         options = {"disp": False, "mip_rel_gap": gap}
         if seconds is not None:
             options["time_limit"] = max(seconds, 1e-3)
@@ -187,7 +187,10 @@ def _exchange_rows(pool: Pool) -> list[tuple[list[int], list[float], float, floa
     return rows
 
 
-def _constraint(rows, nvars: int) -> LinearConstraint:
+def _constraint(rows, nvars: int):
+    from scipy.optimize import LinearConstraint
+    from scipy.sparse import csr_array
+
     data, cols, ptr, lo, hi = [], [], [0], [], []
     for idx, vals, low, high in rows:
         cols += idx
