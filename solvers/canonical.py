@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from solvers.cost import CostModel, Selection
+from solvers.cost import CostModel, Selection, canonical_terms
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
@@ -82,12 +82,7 @@ def canonical(pool: Pool, nodes: tuple[int, ...], union_bits: int, cost: CostMod
               lam: float | None) -> list:
     """[score, R̂, F, nodes] of an ascending legal set, in the canonical arithmetic of
     :mod:`solvers.cost` (score: R̂/T̂, or R̂ − λT̂ when ``lam`` is given)."""
-    r = 1.0
-    probs = pool.probs
-    for v in nodes:
-        r += probs[v]
-    f = pool.root_count + union_bits.bit_count()
-    t = cost.b[len(nodes)] + cost.beta * f
+    r, f, t = canonical_terms(pool, nodes, union_bits, cost)
     return [r / t if lam is None else r - lam * t, r, f, nodes]
 
 

@@ -129,15 +129,22 @@ def check_time_limit(time_limit) -> float | None:
     return x
 
 
-def make_selection(pool: Pool, nodes: tuple[int, ...], union_bits: int,
-                   cost: CostModel) -> Selection:
-    """Canonical numbers for an already-legal ascending ``nodes`` with its union bitmap."""
+def canonical_terms(pool: Pool, nodes: tuple[int, ...], union_bits: int,
+                    cost: CostModel) -> tuple[float, int, float]:
+    """R̂, F and T̂ of an already-legal ascending ``nodes`` with its union bitmap, in the canonical
+    arithmetic (R̂ summed in ascending id order; Eq. 3–4)."""
     r = 1.0
     probs = pool.probs
     for v in nodes:
         r += probs[v]
     f = pool.root_count + union_bits.bit_count()
-    t = cost.b[len(nodes)] + cost.beta * f
+    return r, f, cost.b[len(nodes)] + cost.beta * f
+
+
+def make_selection(pool: Pool, nodes: tuple[int, ...], union_bits: int,
+                   cost: CostModel) -> Selection:
+    """Canonical numbers for an already-legal ascending ``nodes`` with its union bitmap."""
+    r, f, t = canonical_terms(pool, nodes, union_bits, cost)
     return Selection(nodes, r, f, t, r / t)
 
 
