@@ -12,6 +12,7 @@ import itertools
 import math
 
 import numpy as np
+from hypothesis import strategies as st
 
 
 def keep(cands, score, slots=None, budget=None):
@@ -116,3 +117,19 @@ def optimum_copies_global(L, N, budget, stream):
                         nxt[k] = c
         best = nxt
     return min(best.values())
+
+
+@st.composite
+def demand_streams(draw, max_layers=3, max_experts=9, max_forwards=25, min_size=0, budget=False):
+    """(L, N, size, demand matrices): size is slots per layer in [min_size, N + 1], or with ``budget``
+    experts across layers in [1, L·N + 1]; a skewed popularity per layer makes caching matter."""
+    L = draw(st.integers(1, max_layers))
+    N = draw(st.integers(1, max_experts))
+    T = draw(st.integers(0, max_forwards))
+    size = draw(st.integers(1, L * N + 1)) if budget else draw(st.integers(min_size, N + 1))
+    seed = draw(st.integers(0, 2**32 - 1))
+    density = draw(st.sampled_from([0.1, 0.3, 0.6]))
+    rng = np.random.default_rng(seed)
+    weights = rng.dirichlet(np.full(N, 0.5), size=L)
+    demand = rng.random((T, L, N)) < np.minimum(1.0, weights * N * density)
+    return L, N, size, list(demand)

@@ -262,23 +262,28 @@ def reference_replay(timer, L: int, N: int, slots: int, policy: str, items, stag
             done = env.event()
             demand_q.append((float(durs[i]) if durs is not None else timer.copy_mean, done))
             events.append(done)
-        # useful prefetches, then the LRU update (hits before misses, each ascending)
+        use_and_touch(layer, row)
+        wake()
+        return events, hits, misses
+
+    def use_and_touch(layer, row):
+        """Useful prefetches, then the LRU update (hits before misses, each ascending); (hits, misses) or None."""
         for x in np.flatnonzero(row).tolist():
             if (layer, x) in pf_unused:
                 pf_unused.discard((layer, x))
                 count("useful")
-        if lru is not None:
-            cache = lru[layer]
-            hit_ids = [x for x in np.flatnonzero(row).tolist() if x in cache]
-            miss_ids = [x for x in np.flatnonzero(row).tolist() if x not in cache]
-            for x in hit_ids + miss_ids:
-                cache.pop(x, None)
-                cache[x] = True
-            while len(cache) > slots:
-                victim, _ = cache.popitem(last=False)
-                waste((layer, victim))
-        wake()
-        return events, hits, misses
+        if lru is None:
+            return None
+        cache = lru[layer]
+        hit_ids = [x for x in np.flatnonzero(row).tolist() if x in cache]
+        miss_ids = [x for x in np.flatnonzero(row).tolist() if x not in cache]
+        for x in hit_ids + miss_ids:
+            cache.pop(x, None)
+            cache[x] = True
+        while len(cache) > slots:
+            victim, _ = cache.popitem(last=False)
+            waste((layer, victim))
+        return len(hit_ids), len(miss_ids)
 
     def expert(ev):
         if ev is not None:
@@ -389,21 +394,9 @@ def reference_replay(timer, L: int, N: int, slots: int, policy: str, items, stag
         m = np.zeros(L, dtype=np.int64)
         for layer in range(L):
             row = demand[layer]
-            for x in np.flatnonzero(row).tolist():
-                if (layer, x) in pf_unused:
-                    pf_unused.discard((layer, x))
-                    count("useful")
-            if lru is not None:
-                cache = lru[layer]
-                hit_ids = [x for x in np.flatnonzero(row).tolist() if x in cache]
-                miss_ids = [x for x in np.flatnonzero(row).tolist() if x not in cache]
-                h[layer], m[layer] = len(hit_ids), len(miss_ids)
-                for x in hit_ids + miss_ids:
-                    cache.pop(x, None)
-                    cache[x] = True
-                while len(cache) > slots:
-                    victim, _ = cache.popitem(last=False)
-                    waste((layer, victim))
+            touched = use_and_touch(layer, row)
+            if touched is not None:
+                h[layer], m[layer] = touched
             else:
                 h[layer] = sum(1 for x in np.flatnonzero(row).tolist() if x in staged[layer])
                 m[layer] = int(row.sum()) - h[layer]

@@ -16,6 +16,7 @@ from cache_references import (
     RefLeastStale,
     RefLFRU,
     RefLRU,
+    demand_streams,
     optimum_copies_global,
     run_reference,
 )
@@ -32,18 +33,8 @@ ONLINE = ("lru", "lfu", "least-stale", "lfru", "eam", "static")
 PAPERS = ("least-stale", "lfru", "eam", "learned")
 
 
-@st.composite
-def streams(draw, max_layers=3, max_experts=8, max_forwards=25, budget=False):
-    L = draw(st.integers(1, max_layers))
-    N = draw(st.integers(1, max_experts))
-    T = draw(st.integers(0, max_forwards))
-    size = draw(st.integers(1, L * N + 1)) if budget else draw(st.integers(1, N + 1))
-    seed = draw(st.integers(0, 2**32 - 1))
-    density = draw(st.sampled_from([0.1, 0.3, 0.6]))
-    rng = np.random.default_rng(seed)
-    weights = rng.dirichlet(np.full(N, 0.5), size=L)
-    demand = rng.random((T, L, N)) < np.minimum(1.0, weights * N * density)
-    return L, N, size, list(demand)
+def streams(max_layers=3, max_experts=8, max_forwards=25, budget=False):
+    return demand_streams(max_layers, max_experts, max_forwards, min_size=1, budget=budget)
 
 
 def build(policy, L, N, size, stream, budget):

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from cache_references import optimum_copies_global
+from cache_references import demand_streams, optimum_copies_global
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,19 +21,8 @@ from simmoe.replay.caches import POLICIES, make_cache
 
 
 # -- random demand streams ----------------------------------------------------
-@st.composite
-def streams(draw, max_layers=3, max_experts=9, max_forwards=25):
-    L = draw(st.integers(1, max_layers))
-    N = draw(st.integers(1, max_experts))
-    T = draw(st.integers(0, max_forwards))
-    slots = draw(st.integers(0, N + 1))
-    seed = draw(st.integers(0, 2**32 - 1))
-    density = draw(st.sampled_from([0.1, 0.3, 0.6]))
-    rng = np.random.default_rng(seed)
-    # a skewed popularity makes caching matter
-    weights = rng.dirichlet(np.full(N, 0.5), size=L)
-    demand = rng.random((T, L, N)) < np.minimum(1.0, weights * N * density)
-    return L, N, slots, list(demand)
+def streams(max_layers=3, max_experts=9, max_forwards=25):
+    return demand_streams(max_layers, max_experts, max_forwards)
 
 
 # -- references -------------------------------------------------------------------
