@@ -54,15 +54,20 @@ def validate_trace(trace: Trace, path=None) -> None:
 
 # ------------------------------------------------------------------ meta ---
 
+def _from_meta(cls, meta: dict, key: str, what: str, path):
+    """``cls.from_dict(meta[key])``, a missing or malformed entry one :class:`TraceError` naming it."""
+    try:
+        return cls.from_dict(meta[key])
+    except KeyError as exc:
+        raise TraceError(f"bad {what}: no {exc}", path=path, field=f"meta.{key}") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(f"bad {what}: {exc}", path=path, field=f"meta.{key}") from None
+
+
 def checked_geometry(meta: dict, path) -> ModelGeometry:
     """``meta["geometry"]`` as a :class:`ModelGeometry`, checked as far as decoding the routes
     depends on it (sizes, top-k, at most 65,536 experts, per-layer counts)."""
-    try:
-        geometry = ModelGeometry.from_dict(meta["geometry"])
-    except KeyError as exc:
-        raise TraceError(f"bad model geometry: no {exc}", path=path, field="meta.geometry") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"bad model geometry: {exc}", path=path, field="meta.geometry") from None
+    geometry = _from_meta(ModelGeometry, meta, "geometry", "model geometry", path)
     if geometry.num_layers < 1 or geometry.num_experts < 1 or not 1 <= geometry.top_k <= geometry.num_experts:
         raise TraceError(f"bad model geometry {geometry.to_dict()}: need L >= 1, N >= 1, 1 <= k <= N",
                          path=path, field="meta.geometry")
@@ -90,12 +95,7 @@ def _check_meta(meta, path) -> tuple[ModelGeometry, PoolShape]:
         raise TraceError(f"provenance kind {kind!r} is not one of {', '.join(PROVENANCE_KINDS)}",
                          path=path, field="meta.provenance")
     geometry = checked_geometry(meta, path)
-    try:
-        shape = PoolShape.from_dict(meta["pool_shape"])
-    except KeyError as exc:
-        raise TraceError(f"bad pool shape: no {exc}", path=path, field="meta.pool_shape") from None
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"bad pool shape: {exc}", path=path, field="meta.pool_shape") from None
+    shape = _from_meta(PoolShape, meta, "pool_shape", "pool shape", path)
     if min(shape.expand_topk, shape.depth, shape.max_nodes, shape.K) < 0:
         raise TraceError(f"negative value in pool shape {shape.to_dict()}", path=path, field="meta.pool_shape")
     return geometry, shape
