@@ -33,7 +33,6 @@ from typing import ClassVar
 import numpy as np
 
 from simmoe.api import CacheShape, PrefetchJobs, PrefetchStep
-from simmoe.errors import SimmoeError
 
 
 def _flat(routes: np.ndarray, num_experts: int) -> np.ndarray:
@@ -160,15 +159,6 @@ def check_prefetch(policy: str) -> str:
     if policy != "none":
         plugins.load("prefetch", policy)
     return policy
-
-
-def prefetch_names() -> list[str]:
-    from simmoe.replay import plugins
-
-    try:
-        return ["none"] + plugins.names("prefetch")
-    except SimmoeError:
-        return ["none"]
 
 
 def plan_draft_prefetch(available: np.ndarray, unused: np.ndarray, capacity: int, root_pred, node_pred,

@@ -106,11 +106,6 @@ class LiveRun:
         }
 
 
-def _records(path) -> list:
-    """The JSON lines of a live-run file (:class:`SimmoeError` names a line that is not JSON)."""
-    return [rec for _, rec in _numbered_records(path)]
-
-
 def _numbered_records(path) -> list[tuple[int, Any]]:
     """(line number, record) of every non-blank line of a live-run file."""
     try:
