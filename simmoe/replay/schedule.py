@@ -37,41 +37,82 @@ class Prefill:
     request: int
 
 
-@dataclass(slots=True)
+CYCLE_FIELDS = ("requests", "rows", "positions", "nodes", "accepted", "committed", "drafted", "depth",
+                "pool_size")
+
+
+class CycleLog:
+    """Per request-cycle values as Python lists, one list per field of :data:`CYCLE_FIELDS`.
+
+    In step order, slot order within a step.  :func:`live_steps` appends to a
+    fresh log as it goes; a recorded :class:`Schedule`'s log reads its arrays,
+    each list made on first use.  A :class:`Step` is a slice of one.
+    """
+
+    # field → the Schedule's cycle column it is recorded as ("nodes" is the ``selected`` array, sliced)
+    RECORDED = {"requests": "request", "rows": "row", "positions": "position", "accepted": "accepted",
+                "committed": "committed", "drafted": "drafted_levels", "depth": "pool_levels",
+                "pool_size": "pool_size"}
+
+    def __init__(self, schedule: Schedule | None = None):
+        self.schedule = schedule
+        self.lists: dict[str, list] = {} if schedule is not None else {f: [] for f in CYCLE_FIELDS}
+
+    def column(self, field: str) -> list:
+        out = self.lists.get(field)
+        if out is None:
+            out = self.lists[field] = self._recorded(field)
+        return out
+
+    def _recorded(self, field: str) -> list:
+        sc = self.schedule
+        assert sc is not None, "a live log's lists exist from the start"
+        if field != "nodes":
+            return sc.cycles[self.RECORDED[field]].tolist()
+        ptr = np.concatenate([[0], np.cumsum(sc.cycles["draft_nodes"], dtype=np.int64)]).tolist()
+        return [sc.selected[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]
+
+
 class Step:
     """One step: a drafting pass and one target forward over every request in the batch.
 
-    Per request, in slot order: ``requests``, ``rows`` (trace position rows),
-    ``positions`` (output positions), ``nodes`` (selected pool-local ids,
-    ascending), ``accepted``, ``committed``, ``drafted`` (levels), ``depth``
-    (pool depth), ``pool_size``.  For the step: ``levels`` (the deepest
-    drafted level: the batch drafts together), ``tokens`` (of the forward),
-    ``context`` (KV tokens read, summed), ``selector_ms`` / ``selector_cpu_ms``
-    (the slowest selection: one per request, in parallel), ``demand`` (bool
-    [L, N], SpecFit Eq. 1's union across the batch).
+    Per request, in slot order (a slice ``[lo, hi)`` of a :class:`CycleLog`):
+    ``requests``, ``rows`` (trace position rows), ``positions`` (output
+    positions), ``nodes`` (selected pool-local ids, ascending), ``accepted``,
+    ``committed``, ``drafted`` (levels), ``depth`` (pool depth), ``pool_size``.
+    For the step: ``levels`` (the deepest drafted level: the batch drafts
+    together), ``tokens`` (of the forward), ``context`` (KV tokens read,
+    summed), ``selector_ms`` / ``selector_cpu_ms`` (the slowest selection: one
+    per request, in parallel), ``demand`` (bool [L, N], SpecFit Eq. 1's union
+    across the batch).
     """
 
-    index: int
-    requests: list[int]
-    rows: list[int]
-    positions: list[int]
-    nodes: list[np.ndarray]
-    accepted: list[int]
-    committed: list[int]
-    drafted: list[int]
-    depth: list[int]
-    pool_size: list[int]
-    levels: int
-    tokens: int
-    context: int
-    selector_ms: float
-    selector_cpu_ms: float
-    demand: np.ndarray
+    __slots__ = ("log", "index", "lo", "hi", "levels", "tokens", "context", "selector_ms", "selector_cpu_ms",
+                 "demand")
+
+    def __init__(self, log: CycleLog, index: int, lo: int, hi: int, levels: int, tokens: int, context: int,
+                 selector_ms: float, selector_cpu_ms: float, demand: np.ndarray):
+        self.log, self.index, self.lo, self.hi = log, index, lo, hi
+        self.levels, self.tokens, self.context = levels, tokens, context
+        self.selector_ms, self.selector_cpu_ms, self.demand = selector_ms, selector_cpu_ms, demand
+
+    def _slice(self, field: str) -> list:
+        return self.log.column(field)[self.lo:self.hi]
+
+    requests = property(lambda self: self._slice("requests"))
+    rows = property(lambda self: self._slice("rows"))
+    positions = property(lambda self: self._slice("positions"))
+    nodes = property(lambda self: self._slice("nodes"))
+    accepted = property(lambda self: self._slice("accepted"))
+    committed = property(lambda self: self._slice("committed"))
+    drafted = property(lambda self: self._slice("drafted"))
+    depth = property(lambda self: self._slice("depth"))
+    pool_size = property(lambda self: self._slice("pool_size"))
 
     @property
     def size(self) -> int:
         """How many requests the step serves."""
-        return len(self.requests)
+        return self.hi - self.lo
 
 
 class Stages:
@@ -90,6 +131,7 @@ class Stages:
         self.starts = [int(trace.request_positions(r)[0]) for r in range(self.R)]
         self.node_ptr = trace.node_ptr.tolist()
         self.pool_depth = pool_depths(trace)
+        self.log = CycleLog()     # what live_steps decided per request-cycle (a new log per run)
         self.selection.prepare(trace, self.R, lambda rows: [self.pools.view(int(i)) for i in rows])
 
 
@@ -108,51 +150,56 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
     """
     adm = ContinuousBatching(st.output_len, st.batch)
     sel, demand = st.selection, st.demand
-    node_ptr = st.node_ptr
+    node_ptr, starts = st.node_ptr, st.starts
     prompt = st.prompt_len.tolist()
-    cursor = adm.cursor
-    s = 0
+    cursor, left = adm.cursor, adm.left
+    log = st.log = CycleLog()
+    add_req, add_row, add_pos, add_nodes, add_acc, add_com, add_drf, add_dep, add_size = (
+        log.lists[f].append for f in CYCLE_FIELDS)
+    s = n = 0
     while True:
         for r in adm.admit():
             yield Prefill(r)
         active = adm.active()
         if not active:
             return
-        rows = [st.starts[r] + cursor[r] for r in active]
+        rows = [starts[r] + cursor[r] for r in active]
         if opened is not None:
             opened(s, active, rows)
-        context = sum(prompt[r] + cursor[r] for r in active)
-        picks = _select(st, active, rows, context, available, overhead) if sel.drafts else None
+        picks = _select(st, active, rows, adm, available, overhead) if sel.drafts else None
         demand.start(fresh=not reuse_demand)
-        positions, nodes_, accepted, committed_, drafted, depth, size = [], [], [], [], [], [], []
-        tokens, levels, wall, cpu_ms = 0, 0, 0.0, 0.0
-        for j, (r, i) in enumerate(zip(active, rows, strict=True)):
-            size.append(node_ptr[i + 1] - node_ptr[i])
-            nodes, acc, lv, dp, w, c = picks[j] if picks is not None else (_NO_NODES, 0, 0, 0, 0.0, 0.0)
-            committed = min(1 + acc, adm.left(r))
+        tokens, levels, context, wall, cpu_ms = 0, 0, 0, 0.0, 0.0
+        for j, r in enumerate(active):
+            i = rows[j]
+            nodes, acc, lv, dp, w, c = picks[j] if picks is not None else _NO_PICK
+            committed = min(1 + acc, left(r))
             demand.add(i, nodes)
-            positions.append(cursor[r])
-            nodes_.append(nodes)
-            accepted.append(acc)
-            committed_.append(committed)
-            drafted.append(lv)
-            depth.append(dp)
+            add_req(r), add_row(i), add_pos(cursor[r]), add_nodes(nodes), add_acc(acc), add_com(committed)
+            add_drf(lv), add_dep(dp), add_size(node_ptr[i + 1] - node_ptr[i])
+            context += prompt[r] + cursor[r]
             tokens += 1 + len(nodes)
-            levels, wall, cpu_ms = max(levels, lv), max(wall, w), max(cpu_ms, c)
+            if lv > levels:
+                levels = lv
+            if w > wall:
+                wall = w
+            if c > cpu_ms:
+                cpu_ms = c
             adm.commit(r, committed)
             if progress is not None:
                 progress(committed)
-        yield Step(s, active, rows, positions, nodes_, accepted, committed_, drafted, depth, size, levels, tokens,
-                   context, wall, cpu_ms, demand.matrix())
+        yield Step(log, s, n, n + len(active), levels, tokens, context, wall, cpu_ms, demand.matrix())
+        n += len(active)
         adm.release()
         s += 1
 
 
-def _select(st: Stages, active, rows, context: int, available, overhead) -> list[tuple]:
+def _select(st: Stages, active, rows, adm: ContinuousBatching, available, overhead) -> list[tuple]:
     """Each request's selection in slot order: (nodes, accepted, drafted levels, pool depth, wall ms, CPU ms)."""
     sel, pool_depth = st.selection, st.pool_depth
     views = [st.pools.view(i) for i in rows]
     covered = _root_cover(st, views) if sel.batch_cost is not None and len(active) > 1 else None
+    if covered is not None:   # KV tokens the step's forward reads (before this step's commits)
+        context = sum(int(st.prompt_len[r]) + adm.cursor[r] for r in active)
     others_tokens = len(active)
     out = []
     for slot, (r, i) in enumerate(zip(active, rows, strict=True)):
@@ -178,6 +225,7 @@ def _select(st: Stages, active, rows, context: int, available, overhead) -> list
 
 
 _NO_NODES = np.zeros(0, dtype=np.int64)
+_NO_PICK = (_NO_NODES, 0, 0, 0, 0.0, 0.0)     # a step with no drafter: the root alone
 
 
 def pool_depths(trace) -> list[int]:
@@ -255,109 +303,49 @@ class Schedule:
         for e in self.events:
             yield trace.prefill_demand(-1 - e) if e < 0 else self.demand_of(e)
 
-    def events_iter(self) -> Iterator[Prefill | Step | RecordedStep]:
+    def events_iter(self) -> Iterator[Prefill | Step]:
         """The recorded events, as :func:`live_steps` yielded them (each step's per-request lists read on demand)."""
-        cols = _RecordedColumns(self)
+        log = CycleLog(self)
         st = self.steps
         levels, tokens, context = st["levels"].tolist(), st["tokens"].tolist(), st["context"].tolist()
         wall, cpu = st["selector_ms"].tolist(), st["selector_cpu_ms"].tolist()
-        ptr = cols.ptr
+        ptr = np.searchsorted(self.cycles["step"], np.arange(self.num_steps + 1)).tolist()
         for e in self.events:
             if e < 0:
                 yield Prefill(-1 - e)
                 continue
-            yield RecordedStep(cols, e, ptr[e], ptr[e + 1], levels[e], tokens[e], context[e], wall[e], cpu[e],
-                               self.demand_of(e))
+            yield Step(log, e, ptr[e], ptr[e + 1], levels[e], tokens[e], context[e], wall[e], cpu[e],
+                       self.demand_of(e))
 
 
-class _RecordedColumns:
-    """A schedule's per request-cycle columns as Python lists, made once per replay of the schedule."""
-
-    def __init__(self, schedule: Schedule):
-        c = schedule.cycles
-        self.c = c
-        self.lists: dict[str, list] = {}
-        self.ptr = np.searchsorted(c["step"], np.arange(schedule.num_steps + 1)).tolist()
-        self.sel_ptr = np.concatenate([[0], np.cumsum(c["draft_nodes"], dtype=np.int64)]).tolist()
-        self.selected = schedule.selected
-
-    def column(self, key: str) -> list:
-        out = self.lists.get(key)
-        if out is None:
-            out = self.lists[key] = self.c[key].tolist()
-        return out
-
-
-class RecordedStep:
-    """A :class:`Step` read back from a :class:`Schedule`: the same fields, the per-request ones on demand.
-
-    The residency and timing stages read a step's scalars and demand; its
-    per-request lists (what each request verified and committed) are sliced
-    from the schedule only when something asks for them.
-    """
-
-    __slots__ = ("_cols", "index", "_lo", "_hi", "levels", "tokens", "context", "selector_ms", "selector_cpu_ms",
-                 "demand")
-
-    def __init__(self, cols, index, lo, hi, levels, tokens, context, selector_ms, selector_cpu_ms, demand):
-        self._cols, self.index, self._lo, self._hi = cols, index, lo, hi
-        self.levels, self.tokens, self.context = levels, tokens, context
-        self.selector_ms, self.selector_cpu_ms, self.demand = selector_ms, selector_cpu_ms, demand
-
-    def _slice(self, key: str) -> list:
-        return self._cols.column(key)[self._lo:self._hi]
-
-    requests = property(lambda self: self._slice("request"))
-    rows = property(lambda self: self._slice("row"))
-    positions = property(lambda self: self._slice("position"))
-    accepted = property(lambda self: self._slice("accepted"))
-    committed = property(lambda self: self._slice("committed"))
-    drafted = property(lambda self: self._slice("drafted_levels"))
-    depth = property(lambda self: self._slice("pool_levels"))
-    pool_size = property(lambda self: self._slice("pool_size"))
-
-    @property
-    def size(self) -> int:
-        """How many requests the step serves."""
-        return self._hi - self._lo
-
-    @property
-    def nodes(self) -> list[np.ndarray]:
-        p, sel = self._cols.sel_ptr, self._cols.selected
-        return [sel[p[j]:p[j + 1]] for j in range(self._lo, self._hi)]
-
-
-CYCLE_COLUMNS = (("request", np.int32), ("step", np.int32), ("position", np.int32), ("row", np.int64),
-                 ("draft_nodes", np.int16), ("accepted", np.int16), ("committed", np.int16),
-                 ("drafted_levels", np.int8), ("pool_levels", np.int8), ("pool_size", np.int16))
+# the recorded columns: per request-cycle (CycleLog field: dtype), per step (column, dtype)
+CYCLE_COLUMNS = {"requests": np.int32, "rows": np.int64, "positions": np.int32, "accepted": np.int16,
+                 "committed": np.int16, "drafted": np.int8, "depth": np.int8, "pool_size": np.int16}
 STEP_COLUMNS = (("requests", np.int32), ("tokens", np.int32), ("context", np.int64), ("levels", np.int8),
                 ("selector_ms", np.float64), ("selector_cpu_ms", np.float64))
 
 
 class ScheduleRecorder:
-    """Collects the events of :func:`live_steps` into a :class:`Schedule`."""
+    """Collects the events of :func:`live_steps` into a :class:`Schedule`.
+
+    The per request-cycle values are the stages' :class:`CycleLog`, read once
+    at the end; per step, the scalars and the demand (packed at once: the
+    array may be reused by the next step).
+    """
 
     def __init__(self, st: Stages):
         self.st = st
         self.events: list[int] = []
-        self.cyc: list[tuple] = []       # one tuple per request-cycle, in CYCLE_COLUMNS order
         self.stp: list[tuple] = []       # one tuple per step, in STEP_COLUMNS order
         self.demand: list[np.ndarray] = []
-        self.selected: list[np.ndarray] = []
         self.t0 = time.perf_counter()
 
     def add(self, ev: Prefill | Step) -> None:
         if isinstance(ev, Prefill):
             self.events.append(-1 - ev.request)
             return
-        s = ev.index
-        self.events.append(s)
-        for j, nodes in enumerate(ev.nodes):
-            self.cyc.append((ev.requests[j], s, ev.positions[j], ev.rows[j], len(nodes), ev.accepted[j],
-                             ev.committed[j], ev.drafted[j], ev.depth[j], ev.pool_size[j]))
-            if len(nodes):
-                self.selected.append(nodes)
-        self.stp.append((len(ev.requests), ev.tokens, ev.context, ev.levels, ev.selector_ms, ev.selector_cpu_ms))
+        self.events.append(ev.index)
+        self.stp.append((ev.hi - ev.lo, ev.tokens, ev.context, ev.levels, ev.selector_ms, ev.selector_cpu_ms))
         self.demand.append(np.packbits(ev.demand))
 
     def schedule(self) -> Schedule:
@@ -365,11 +353,18 @@ class ScheduleRecorder:
         g = st.trace.geometry
         L, N = int(g.num_layers), int(g.num_experts)
         sel = st.selection
+        log = st.log.lists
+        cycles = {CycleLog.RECORDED[f]: np.array(log[f], dtype=t) for f, t in CYCLE_COLUMNS.items()}
+        steps = _columns(self.stp, STEP_COLUMNS)
+        cycles["step"] = np.repeat(np.arange(len(self.stp), dtype=np.int32), steps["requests"])
+        nodes = log["nodes"]
+        cycles["draft_nodes"] = np.fromiter(map(len, nodes), np.int16, len(nodes))
+        chosen = [x for x in nodes if len(x)]
         return Schedule(
             selector=sel.name, batch=st.batch, num_requests=st.R, num_layers=L, num_experts=N,
-            events=self.events, cycles=_columns(self.cyc, CYCLE_COLUMNS), steps=_columns(self.stp, STEP_COLUMNS),
+            events=self.events, cycles=cycles, steps=steps,
             demand=np.stack(self.demand) if self.demand else np.zeros((0, (L * N + 7) // 8), np.uint8),
-            selected=(np.concatenate(self.selected) if self.selected else np.zeros(0)).astype(np.int16),
+            selected=(np.concatenate(chosen) if chosen else np.zeros(0)).astype(np.int16),
             output_len=st.output_len, prompt_len=st.prompt_len, selector_uses_time=sel.drafts,
             wall_s=time.perf_counter() - self.t0,
             meta={"lambda_star": getattr(sel.selector, "lam", None)})

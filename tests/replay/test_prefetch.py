@@ -21,7 +21,7 @@ from simmoe.replay.pools import TracePools
 from simmoe.replay.prefetch_policies import Draft
 from simmoe.replay.residency import OffloadedExperts
 from simmoe.replay.route_prediction import RoutePredictor
-from simmoe.replay.schedule import Prefill, Step
+from simmoe.replay.schedule import CYCLE_FIELDS, CycleLog, Prefill, Step
 
 L, N, K = 4, 8, 2  # L a power of two: per-layer times stay binary fractions
 POLICIES = ("none", "draft", "next-layer", "oracle")
@@ -201,8 +201,12 @@ def _one_pool(root, L_, N_):
 
 
 def _step(levels, demand):
-    return Step(0, [0], [0], [0], [np.zeros(0, dtype=np.int64)], [0], [1], [levels], [levels], [0], levels,
-                1, 0, 0.0, 0.0, demand)
+    """Request 0's root alone at row 0, after ``levels`` drafted levels."""
+    log = CycleLog()
+    for field, value in zip(CYCLE_FIELDS, (0, 0, 0, np.zeros(0, dtype=np.int64), 0, 1, levels, levels, 0),
+                            strict=True):
+        log.lists[field].append(value)
+    return Step(log, 0, 0, 1, levels, 1, 0, 0.0, 0.0, demand)
 
 
 def _draft_residency(prof, cfg, root):
