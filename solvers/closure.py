@@ -35,11 +35,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ortools.graph.python import max_flow
 
 from solvers.canonical import prefix_incumbent
 from solvers.cost import CostModel, Selection, better_ratio
 from solvers.errors import InvalidInput
+from solvers.maxflow import simple_max_flow
 from solvers.pool import Pool
 
 __all__ = ["max_closure", "largest_ratio", "affine_parts", "affine_approximation",
@@ -130,7 +130,7 @@ class ClosureNetwork:
                                 2 + par[has_parent], pair_vertex[pair_idx]])
         caps = np.zeros(tails.size, dtype=np.int64)
         caps[2 * n + P:] = _INF
-        self.flow = max_flow.SimpleMaxFlow()
+        self.flow = simple_max_flow()
         self.flow.add_arcs_with_capacity(tails.astype(np.int32), heads.astype(np.int32), caps)
         self.variable_arcs = np.arange(2 * n + P, dtype=np.int32)
         self.arc_node, self.arc_pair = node_idx, pair_idx      # node -> fresh pair arcs
@@ -288,7 +288,7 @@ def _cut(net: ClosureNetwork, lam: float, free: np.ndarray, arc_node: np.ndarray
     caps[:f] = np.rint(np.maximum(w, 0.0) * scale)
     caps[f:2 * f] = np.rint(np.maximum(-w, 0.0) * scale)
     caps[2 * f:2 * f + P] = int(round(pair_cost * scale)) if P else 0
-    flow = max_flow.SimpleMaxFlow()
+    flow = simple_max_flow()
     flow.add_arcs_with_capacity(tails, heads, caps)
     if flow.solve(0, 1) != flow.OPTIMAL:
         raise RuntimeError("max flow failed")

@@ -55,10 +55,14 @@ work.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.graph.python import max_flow
 
+if TYPE_CHECKING:
+    from ortools.graph.python.max_flow import SimpleMaxFlow
+
+from solvers.maxflow import simple_max_flow
 from solvers.pool import Pool
 
 __all__ = ["Cover", "cover", "Flow", "network_size"]
@@ -346,8 +350,8 @@ def network_size(cov: Cover, lam: float, beta: float, mu: float) -> float:
     return float(np.count_nonzero(keep[cov.entry_node]) + cov.n)
 
 
-def _solve(tails, heads, caps) -> max_flow.SimpleMaxFlow:
-    flow = max_flow.SimpleMaxFlow()
+def _solve(tails, heads, caps) -> SimpleMaxFlow:
+    flow = simple_max_flow()
     flow.add_arcs_with_capacity(tails, heads, caps)
     status = flow.solve(0, 1)
     if status != flow.OPTIMAL:

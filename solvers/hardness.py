@@ -13,14 +13,17 @@ r-clique.  :func:`reaches_threshold` decides it with the exact selector
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from solvers.cost import CostModel
 from solvers.errors import InvalidInput
 from solvers.exact import select_exact
 from solvers.pool import Pool
+
+if TYPE_CHECKING:   # networkx takes ~85 ms to import: only the reduction's callers pay it
+    import networkx as nx
 
 __all__ = ["CliqueInstance", "clique_instance", "reaches_threshold", "has_clique"]
 
@@ -38,6 +41,8 @@ class CliqueInstance:
 def clique_instance(graph: nx.Graph, r: int, *, b: float = 1.0,
                     beta_factor: float = 0.5) -> CliqueInstance:
     """Pool, K, cost and threshold θ of Prop. 2's reduction for ``graph`` and ``r``."""
+    import networkx as nx
+
     if not isinstance(graph, nx.Graph) or graph.is_directed() or graph.is_multigraph():
         raise InvalidInput("graph must be a simple undirected networkx.Graph")
     if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
@@ -74,4 +79,6 @@ def reaches_threshold(inst: CliqueInstance) -> bool:
 
 def has_clique(graph: nx.Graph, r: int) -> bool:
     """Whether ``graph`` has r pairwise adjacent vertices (networkx maximal cliques)."""
+    import networkx as nx
+
     return any(len(c) >= r for c in nx.find_cliques(graph))

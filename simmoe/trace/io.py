@@ -65,6 +65,32 @@ ROUTE_PARTS = ("keep", "place", "new")
 ROUTE_COLUMNS = [f"{who}_routes_{part}" for who in ("root", "node") for part in ROUTE_PARTS]
 DRAFT_TIME_COLUMN = "draft_time_ms"
 DIGEST_KEY = "content_sha256"
+# arrow's own type → dtype mapping (DataType.to_pandas_dtype) imports pandas, 0.15-0.2 s of every start-up
+_ARROW_FLOATS = {"halffloat": np.float16, "float": np.float32, "double": np.float64}
+
+
+def numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of a primitive arrow type (bool, ints, floats), without importing pandas."""
+    name = str(arrow_type)
+    return np.dtype(_ARROW_FLOATS.get(name, name))
+
+
+def array_values(arr: pa.Array) -> np.ndarray:
+    """A primitive arrow array with no nulls as numpy: a read-only view of its buffer (bools unpacked).
+
+    Read from the buffers because arrow's own conversions (``to_numpy``, ``__array__``) import pandas.
+    """
+    n, off = len(arr), arr.offset
+    dtype = numpy_dtype(arr.type)
+    data = arr.buffers()[1]
+    if n == 0 or data is None:
+        return np.zeros(0, dtype=dtype)
+    if dtype == np.bool_:
+        bits = np.frombuffer(data, dtype=np.uint8, count=(off + n + 7) // 8)
+        return np.unpackbits(bits, count=off + n, bitorder="little")[off:].view(bool)
+    return np.frombuffer(data, dtype=dtype, count=n, offset=off * dtype.itemsize)
+
+
 HEADER_KEYS = {"format", "schema_version", "route_codec", "route_dtype", "place_coding", "meta", "requests",
                DIGEST_KEY}
 
@@ -171,7 +197,7 @@ def _digest_arrays(trace: Trace):
     yield "root_token", np.asarray(trace.root_token, dtype=np.int32)
     yield "node_ptr", np.asarray(trace.node_ptr, dtype=np.int64)
     for name, vtype in NODE_COLUMNS.items():
-        yield name, np.asarray(getattr(trace, name), dtype=vtype.to_pandas_dtype())
+        yield name, np.asarray(getattr(trace, name), dtype=numpy_dtype(vtype))
     yield "root_routes", np.asarray(trace.root_routes, dtype=g.route_dtype).reshape(-1, L, k)
     yield "node_routes", np.asarray(trace.node_routes, dtype=g.route_dtype).reshape(-1, L, k)
     if trace.node_target_prob is not None:
@@ -416,7 +442,9 @@ def _one_line(exc: BaseException) -> str:
 
 def _scalar(table: pa.Table, name: str) -> np.ndarray:
     col = table.column(name)
-    return col.to_numpy() if col.num_chunks else np.zeros(0, dtype=SCALAR_COLUMNS[name].to_pandas_dtype())
+    if not col.num_chunks:
+        return np.zeros(0, dtype=numpy_dtype(SCALAR_COLUMNS[name]))
+    return np.concatenate([array_values(c) for c in col.chunks])
 
 
 def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -424,12 +452,12 @@ def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     ptrs, values, base = [np.zeros(1, dtype=np.int64)], [], 0
     vtype = col.type.value_type
     for chunk in col.chunks:
-        off = np.asarray(chunk.offsets, dtype=np.int64)
+        off = array_values(chunk.offsets).astype(np.int64)
         ptrs.append(off[1:] - off[0] + base)
         base += int(off[-1] - off[0])
-        values.append(chunk.flatten().to_numpy(zero_copy_only=False))
+        values.append(array_values(chunk.flatten()))
     if not values:
-        return ptrs[0], np.zeros(0, dtype=vtype.to_pandas_dtype())
+        return ptrs[0], np.zeros(0, dtype=numpy_dtype(vtype))
     return np.concatenate(ptrs), np.concatenate(values)
 
 
@@ -445,7 +473,7 @@ def _node_lists(table: pa.Table, path: str) -> tuple[np.ndarray, dict[str, np.nd
             row = int(np.flatnonzero(np.diff(ptr) != np.diff(node_ptr))[0])
             raise TraceError(f"{int(ptr[row + 1] - ptr[row])} entries but node_parent has "
                              f"{int(node_ptr[row + 1] - node_ptr[row])}", path=path, row=row, field=name)
-        out[name] = values.astype(NODE_COLUMNS.get(name, pa.float32()).to_pandas_dtype(), copy=False)
+        out[name] = values.astype(numpy_dtype(NODE_COLUMNS.get(name, pa.float32())), copy=False)
     return node_ptr, out
 
 
