@@ -213,7 +213,10 @@ class OffloadedExperts:
         """No copy engine state: the step is its parts, the forward the timing stage's model."""
         timer = self.timer
         demand = step.demand
-        h, m = self._serve(demand, "step", step.requests, step.positions)
+        if self.no_cache:     # nothing resident, nothing staged: who asked does not matter
+            h, m = self._zeros, demand.sum(axis=1)
+        else:
+            h, m = self.cache.forward(demand, "step", step.requests, step.positions)
         fwd = timer.forward_ms(step.tokens, h, m, context=step.context, requests=step.size)
         draft = float(timer.draft_ms(step.levels)) if step.levels > 0 else 0.0
         return draft, fwd, timer.commit_ms(), h, m, None

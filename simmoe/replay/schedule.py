@@ -42,11 +42,12 @@ CYCLE_FIELDS = ("requests", "rows", "positions", "nodes", "accepted", "committed
 
 
 class CycleLog:
-    """Per request-cycle values as Python lists, one list per field of :data:`CYCLE_FIELDS`.
+    """Per request-cycle values as Python lists, one attribute per field of :data:`CYCLE_FIELDS`.
 
     In step order, slot order within a step.  :func:`live_steps` appends to a
-    fresh log as it goes; a recorded :class:`Schedule`'s log reads its arrays,
-    each list made on first use.  A :class:`Step` is a slice of one.
+    fresh log as it goes; a recorded :class:`Schedule`'s log holds its
+    columns as lists (``nodes``, slices of ``selected``, made on first use).
+    A :class:`Step` is a slice of one.
     """
 
     # field → the Schedule's cycle column it is recorded as ("nodes" is the ``selected`` array, sliced)
@@ -54,23 +55,33 @@ class CycleLog:
                 "committed": "committed", "drafted": "drafted_levels", "depth": "pool_levels",
                 "pool_size": "pool_size"}
 
+    requests: list
+    rows: list
+    positions: list
+    nodes: list
+    accepted: list
+    committed: list
+    drafted: list
+    depth: list
+    pool_size: list
+
     def __init__(self, schedule: Schedule | None = None):
         self.schedule = schedule
-        self.lists: dict[str, list] = {} if schedule is not None else {f: [] for f in CYCLE_FIELDS}
+        if schedule is None:
+            for f in CYCLE_FIELDS:
+                setattr(self, f, [])
+        else:
+            for f, column in self.RECORDED.items():
+                setattr(self, f, schedule.cycles[column].tolist())
 
-    def column(self, field: str) -> list:
-        out = self.lists.get(field)
-        if out is None:
-            out = self.lists[field] = self._recorded(field)
-        return out
-
-    def _recorded(self, field: str) -> list:
-        sc = self.schedule
-        assert sc is not None, "a live log's lists exist from the start"
-        if field != "nodes":
-            return sc.cycles[self.RECORDED[field]].tolist()
+    def __getattr__(self, name: str) -> list:
+        # only a recorded log's ``nodes`` is missing until first read
+        sc = self.__dict__.get("schedule")
+        if name != "nodes" or sc is None:
+            raise AttributeError(name)
         ptr = np.concatenate([[0], np.cumsum(sc.cycles["draft_nodes"], dtype=np.int64)]).tolist()
-        return [sc.selected[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]
+        nodes = self.nodes = [sc.selected[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]
+        return nodes
 
 
 class Step:
@@ -96,18 +107,41 @@ class Step:
         self.levels, self.tokens, self.context = levels, tokens, context
         self.selector_ms, self.selector_cpu_ms, self.demand = selector_ms, selector_cpu_ms, demand
 
-    def _slice(self, field: str) -> list:
-        return self.log.column(field)[self.lo:self.hi]
+    @property
+    def requests(self) -> list[int]:
+        return self.log.requests[self.lo:self.hi]
 
-    requests = property(lambda self: self._slice("requests"))
-    rows = property(lambda self: self._slice("rows"))
-    positions = property(lambda self: self._slice("positions"))
-    nodes = property(lambda self: self._slice("nodes"))
-    accepted = property(lambda self: self._slice("accepted"))
-    committed = property(lambda self: self._slice("committed"))
-    drafted = property(lambda self: self._slice("drafted"))
-    depth = property(lambda self: self._slice("depth"))
-    pool_size = property(lambda self: self._slice("pool_size"))
+    @property
+    def rows(self) -> list[int]:
+        return self.log.rows[self.lo:self.hi]
+
+    @property
+    def positions(self) -> list[int]:
+        return self.log.positions[self.lo:self.hi]
+
+    @property
+    def nodes(self) -> list[np.ndarray]:
+        return self.log.nodes[self.lo:self.hi]
+
+    @property
+    def accepted(self) -> list[int]:
+        return self.log.accepted[self.lo:self.hi]
+
+    @property
+    def committed(self) -> list[int]:
+        return self.log.committed[self.lo:self.hi]
+
+    @property
+    def drafted(self) -> list[int]:
+        return self.log.drafted[self.lo:self.hi]
+
+    @property
+    def depth(self) -> list[int]:
+        return self.log.depth[self.lo:self.hi]
+
+    @property
+    def pool_size(self) -> list[int]:
+        return self.log.pool_size[self.lo:self.hi]
 
     @property
     def size(self) -> int:
@@ -155,7 +189,7 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
     cursor, left = adm.cursor, adm.left
     log = st.log = CycleLog()
     add_req, add_row, add_pos, add_nodes, add_acc, add_com, add_drf, add_dep, add_size = (
-        log.lists[f].append for f in CYCLE_FIELDS)
+        getattr(log, f).append for f in CYCLE_FIELDS)
     s = n = 0
     while True:
         for r in adm.admit():
@@ -310,12 +344,14 @@ class Schedule:
         levels, tokens, context = st["levels"].tolist(), st["tokens"].tolist(), st["context"].tolist()
         wall, cpu = st["selector_ms"].tolist(), st["selector_cpu_ms"].tolist()
         ptr = np.searchsorted(self.cycles["step"], np.arange(self.num_steps + 1)).tolist()
+        packed, unpack, LN, shape = self.demand, np.unpackbits, self.num_layers * self.num_experts, \
+            (self.num_layers, self.num_experts)
         for e in self.events:
             if e < 0:
                 yield Prefill(-1 - e)
                 continue
             yield Step(log, e, ptr[e], ptr[e + 1], levels[e], tokens[e], context[e], wall[e], cpu[e],
-                       self.demand_of(e))
+                       unpack(packed[e], count=LN).view(bool).reshape(shape))   # demand_of(e), inline
 
 
 # the recorded columns: per request-cycle (CycleLog field: dtype), per step (column, dtype)
@@ -353,11 +389,11 @@ class ScheduleRecorder:
         g = st.trace.geometry
         L, N = int(g.num_layers), int(g.num_experts)
         sel = st.selection
-        log = st.log.lists
-        cycles = {CycleLog.RECORDED[f]: np.array(log[f], dtype=t) for f, t in CYCLE_COLUMNS.items()}
+        log = st.log
+        cycles = {CycleLog.RECORDED[f]: np.array(getattr(log, f), dtype=t) for f, t in CYCLE_COLUMNS.items()}
         steps = _columns(self.stp, STEP_COLUMNS)
         cycles["step"] = np.repeat(np.arange(len(self.stp), dtype=np.int32), steps["requests"])
-        nodes = log["nodes"]
+        nodes = log.nodes
         cycles["draft_nodes"] = np.fromiter(map(len, nodes), np.int16, len(nodes))
         chosen = [x for x in nodes if len(x)]
         return Schedule(

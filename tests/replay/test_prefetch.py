@@ -205,7 +205,7 @@ def _step(levels, demand):
     log = CycleLog()
     for field, value in zip(CYCLE_FIELDS, (0, 0, 0, np.zeros(0, dtype=np.int64), 0, 1, levels, levels, 0),
                             strict=True):
-        log.lists[field].append(value)
+        getattr(log, field).append(value)
     return Step(log, 0, 0, 1, levels, 1, 0, 0.0, 0.0, demand)
 
 
