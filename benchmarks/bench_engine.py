@@ -9,7 +9,9 @@
    ``--baseline`` revision's ``simmoe`` and ``solvers`` (``git archive`` into a
    temporary folder; 62bda4f is the last revision with the engine, batch and
    prefetch paths apart): CPU and wall time, the median of the per-pair CPU
-   ratios, and whether the counters both trees print are identical.
+   ratios, and whether the counters both trees print are identical.  The
+   README command on one request is timed the same way (not a goal): the part
+   of both commands that is start-up (imports, reading the trace, workers).
 2. ``--batch 64`` over the 80-request trace with ar, eagle3, evict and specfit:
    wall time and the peak memory summed over the process tree (RSS, and PSS
    which splits shared pages).
@@ -99,7 +101,11 @@ def main() -> int:
     out = [paired("README's first command", ["replay", gsm, "--slots", "12", "--no-progress", "--json", "-"],
                   trees, args.repeat, cwd),
            paired("full 80-request GSM8K", ["replay", str(args.trace80), "--slots", "12", "--no-progress",
-                                            "--json", "-"], trees, args.repeat, cwd)]
+                                            "--json", "-"], trees, args.repeat, cwd),
+           # not a goal: what the two commands above spend before and around the replays themselves
+           paired("start-up: README's command on 1 request", ["replay", gsm, "--slots", "12", "--requests", "1",
+                                                              "--no-progress", "--json", "-"],
+                  trees, args.repeat, cwd)]
     b64 = [run([sys.executable, "-m", "simmoe", "replay", str(args.trace80), "--batch", "64", "--selectors",
                 "ar,eagle3,evict,specfit", "--no-progress", "--json", "-", "--workers", "2"],
                env=_env(ROOT), cwd=cwd) for _ in range(max(1, args.repeat // 2))]
@@ -127,9 +133,10 @@ def report(pairs, b64, pf, full, args) -> str:
              "| command | baseline CPU s | this tree CPU s | median ratio | per-pair ratios | counters identical | |",
              "|---|---|---|---|---|---|---|"]
     for p in pairs:
+        goal = verdict(p['ratio'] <= RATIO_GOAL) if not p["name"].startswith("start-up") else "(not a goal)"
         lines.append(f"| {p['name']} | {p['baseline cpu']:.2f} | {p['this tree cpu']:.2f} | {p['ratio']:.3f} | "
                      f"{', '.join(f'{r:.2f}' for r in p['ratios'])} | {'yes' if p['same'] else 'NO'} | "
-                     f"{verdict(p['ratio'] <= RATIO_GOAL)} |")
+                     f"{goal} |")
     wall = med(r["wall_s"] for r in b64)
     rss = med(r["tree_rss_mb"] for r in b64)
     pss = med(r["tree_pss_mb"] for r in b64)

@@ -114,8 +114,9 @@ class ExpertCache:
         misses = demand.sum(axis=1) - hits
         self._update(demand, hit_mask, misses, kind, requests, positions)
         self.forwards += 1
-        self.hits += int(hits.sum())
-        self.copies += int(misses.sum())
+        n_hits = int(np.count_nonzero(hit_mask))
+        self.hits += n_hits
+        self.copies += int(np.count_nonzero(demand)) - n_hits
         return hits, misses
 
     def insert_many(self, pairs: np.ndarray, per_layer: np.ndarray, protected: np.ndarray) -> None:
