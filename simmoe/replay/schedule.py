@@ -84,6 +84,11 @@ class CycleLog:
         return nodes
 
 
+def _per_request(field: str) -> property:
+    """A :class:`Step`'s per-request values of ``field``: its slice of the log."""
+    return property(lambda step: getattr(step.log, field)[step.lo:step.hi], doc=f"per request: {field}")
+
+
 class Step:
     """One step: a drafting pass and one target forward over every request in the batch.
 
@@ -107,41 +112,15 @@ class Step:
         self.levels, self.tokens, self.context = levels, tokens, context
         self.selector_ms, self.selector_cpu_ms, self.demand = selector_ms, selector_cpu_ms, demand
 
-    @property
-    def requests(self) -> list[int]:
-        return self.log.requests[self.lo:self.hi]
-
-    @property
-    def rows(self) -> list[int]:
-        return self.log.rows[self.lo:self.hi]
-
-    @property
-    def positions(self) -> list[int]:
-        return self.log.positions[self.lo:self.hi]
-
-    @property
-    def nodes(self) -> list[np.ndarray]:
-        return self.log.nodes[self.lo:self.hi]
-
-    @property
-    def accepted(self) -> list[int]:
-        return self.log.accepted[self.lo:self.hi]
-
-    @property
-    def committed(self) -> list[int]:
-        return self.log.committed[self.lo:self.hi]
-
-    @property
-    def drafted(self) -> list[int]:
-        return self.log.drafted[self.lo:self.hi]
-
-    @property
-    def depth(self) -> list[int]:
-        return self.log.depth[self.lo:self.hi]
-
-    @property
-    def pool_size(self) -> list[int]:
-        return self.log.pool_size[self.lo:self.hi]
+    requests = _per_request("requests")
+    rows = _per_request("rows")
+    positions = _per_request("positions")
+    nodes = _per_request("nodes")
+    accepted = _per_request("accepted")
+    committed = _per_request("committed")
+    drafted = _per_request("drafted")
+    depth = _per_request("depth")
+    pool_size = _per_request("pool_size")
 
     @property
     def size(self) -> int:
