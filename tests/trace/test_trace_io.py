@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from factories import random_routes, random_trace
@@ -14,7 +15,7 @@ from tracefile_helpers import assert_traces_equal, clone
 
 from simmoe.errors import TraceError
 from simmoe.trace import route_codec
-from simmoe.trace.io import read_trace, write_trace
+from simmoe.trace.io import array_values, numpy_dtype, read_trace, write_trace
 
 
 def with_optional_columns(trace, seed=0):
@@ -374,3 +375,20 @@ def test_atomic_write_removes_stale_temps_of_dead_writers_only(tmp_path):
     write_text_atomic(tmp_path / "t.json", "{}")
     assert not stale.exists() and alive.exists() and other.exists()
     assert (tmp_path / "t.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("arrow_type, numpy_type", [
+    (pa.bool_(), np.bool_), (pa.int8(), np.int8), (pa.int16(), np.int16), (pa.int32(), np.int32),
+    (pa.int64(), np.int64), (pa.uint8(), np.uint8), (pa.float32(), np.float32), (pa.float64(), np.float64)])
+def test_array_values_equal_arrows_own_conversion(arrow_type, numpy_type):
+    # read_trace reads columns from their buffers (arrow's to_numpy imports pandas): same values, same dtype,
+    # for slices at every bit offset of a bool array
+    rng = np.random.default_rng(7)
+    values = (rng.random(37) < 0.5) if numpy_type is np.bool_ else (rng.random(37) * 100).astype(numpy_type)
+    arr = pa.array(values, type=arrow_type)
+    for lo in range(0, 12):
+        for length in (0, 1, 5, 37 - lo):
+            part = arr.slice(lo, length)
+            got = array_values(part)
+            assert got.dtype == numpy_dtype(arrow_type) == np.dtype(arrow_type.to_pandas_dtype())
+            assert np.array_equal(got, part.to_numpy(zero_copy_only=False))
