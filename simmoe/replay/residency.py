@@ -30,12 +30,20 @@ queued at layer ℓ − 1's router and start until layer ℓ's.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from simmoe.errors import CheckFailed
 from simmoe.replay.copy_engine import PREFETCH_SEED_SALT, CopyEngine
 from simmoe.replay.timing import closed_forward, drawn_copy_forward, fixed_copy_layer_ends
+
+
+class Served(NamedTuple):
+    """Who a prefill forward serves, read as a step's: its request, at position -1."""
+
+    requests: tuple[int, ...]
+    positions: tuple[int, ...]
 
 
 class ResidentWeights:
@@ -111,8 +119,9 @@ class OffloadedExperts:
             used = demand & eng.pf_unused
             eng.counts["useful"] += int(used.sum())
             eng.pf_unused &= ~used
-        h, m = self._serve(demand, "prefill", (request,), (-1,))
-        self._tell(demand, "prefill", (request,), (-1,))
+        who = Served((request,), (-1,))
+        h, m = self._serve(demand, "prefill", who)
+        self._tell(demand, "prefill", who)
         if self.sequential:
             eng.after_forward()
         ms = self.timer.prefill_ms(int(prompt_len), h, m)
@@ -122,7 +131,7 @@ class OffloadedExperts:
         self.now += ms
         return ms, h, m
 
-    def _tell(self, demand, kind, requests, positions) -> None:
+    def _tell(self, demand, kind, who) -> None:
         """The prefetch policy observes a forward it has been served (when it defines ``observe``)."""
         if self._observe is None:
             return
@@ -131,16 +140,17 @@ class OffloadedExperts:
         eng = self.engine
         assert eng is not None     # a prefetch policy always runs with the copy engine
         hits = self.cache.last_hits if self.cache is not None else demand & eng.staged
-        self._observe(ForwardEvent(demand, hits, self._forwards, kind, tuple(requests), tuple(positions)))
+        self._observe(ForwardEvent(demand, hits, self._forwards, kind, tuple(who.requests), tuple(who.positions)))
         self._forwards += 1
 
-    def _serve(self, demand, kind, requests, positions):
+    def _serve(self, demand, kind, who):
+        """(hits, misses) per layer of one forward; ``who`` (a :class:`Served` or a step) is read by a cache only."""
         if self.no_cache:
             if self.sequential:
                 h = (demand & self.engine.staged).sum(axis=1)
                 return h, demand.sum(axis=1) - h
             return self._zeros, demand.sum(axis=1)
-        return self.cache.forward(demand, kind, requests, positions)
+        return self.cache.forward(demand, kind, who.requests, who.positions)
 
     # -- a step -----------------------------------------------------------------------
     def open(self, step_index: int, requests, rows, levels: int | None = None,
@@ -213,10 +223,7 @@ class OffloadedExperts:
         """No copy engine state: the step is its parts, the forward the timing stage's model."""
         timer = self.timer
         demand = step.demand
-        if self.no_cache:     # nothing resident, nothing staged: who asked does not matter
-            h, m = self._zeros, demand.sum(axis=1)
-        else:
-            h, m = self.cache.forward(demand, "step", step.requests, step.positions)
+        h, m = self._serve(demand, "step", step)
         fwd = timer.forward_ms(step.tokens, h, m, context=step.context, requests=step.size)
         draft = float(timer.draft_ms(step.levels)) if step.levels > 0 else 0.0
         return draft, fwd, timer.commit_ms(), h, m, None
@@ -288,7 +295,7 @@ class OffloadedExperts:
             layers = self.policy.layers(prefetch_step(self, step.requests, step.rows, step.nodes))
         if layers is None:   # nothing enters a layer's slots during the forward
             self._avail_pre = eng.available() if self.record is not None else None   # for the copies' names
-            h, m = self._serve(demand, "step", step.requests, step.positions)
+            h, m = self._serve(demand, "step", step)
             if self.record is None and eng.link_free_at() <= F + a:   # the link is free: the timing stage's model
                 fwd = timer.forward_ms(n_tokens, h, m, context=step.context, requests=step.size)
             else:
@@ -301,7 +308,7 @@ class OffloadedExperts:
                 hh, mm = self.cache.forward(demand, "step", step.requests, step.positions)
                 if not (np.array_equal(hh, h) and np.array_equal(mm, m)):
                     raise CheckFailed("residency: the cache's hits and misses differ from the layer's")
-        self._tell(demand, "step", step.requests, step.positions)
+        self._tell(demand, "step", step)
         eng.used(demand)
         eng.landed(F + fwd)
         return fwd, h, m

@@ -16,6 +16,7 @@ replay, with the residency stage at hand (:mod:`simmoe.replay.engine`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,7 +59,6 @@ class CycleLog:
     requests: list
     rows: list
     positions: list
-    nodes: list
     accepted: list
     committed: list
     drafted: list
@@ -68,20 +68,19 @@ class CycleLog:
     def __init__(self, schedule: Schedule | None = None):
         self.schedule = schedule
         if schedule is None:
-            for f in CYCLE_FIELDS:
+            for f in CYCLE_FIELDS:      # (a live log's ``nodes`` list hides the recorded one below)
                 setattr(self, f, [])
         else:
             for f, column in self.RECORDED.items():
                 setattr(self, f, schedule.cycles[column].tolist())
 
-    def __getattr__(self, name: str) -> list:
-        # only a recorded log's ``nodes`` is missing until first read
-        sc = self.__dict__.get("schedule")
-        if name != "nodes" or sc is None:
-            raise AttributeError(name)
+    @functools.cached_property
+    def nodes(self) -> list:
+        """A recorded log's selected nodes per request-cycle: slices of the schedule's ``selected``."""
+        sc = self.schedule
+        assert sc is not None, "a live log's nodes list is set when it is made"
         ptr = np.concatenate([[0], np.cumsum(sc.cycles["draft_nodes"], dtype=np.int64)]).tolist()
-        nodes = self.nodes = [sc.selected[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]
-        return nodes
+        return [sc.selected[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]
 
 
 def _per_request(field: str) -> property:
@@ -179,9 +178,10 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
         rows = [starts[r] + cursor[r] for r in active]
         if opened is not None:
             opened(s, active, rows)
-        picks = _select(st, active, rows, adm, available, overhead) if sel.drafts else None
+        context = sum([prompt[r] + cursor[r] for r in active])     # KV tokens the forward reads
+        picks = _select(st, active, rows, context, available, overhead) if sel.drafts else None
         demand.start(fresh=not reuse_demand)
-        tokens, levels, context, wall, cpu_ms = 0, 0, 0, 0.0, 0.0
+        tokens, levels, wall, cpu_ms = 0, 0, 0.0, 0.0
         for j, r in enumerate(active):
             i = rows[j]
             nodes, acc, lv, dp, w, c = picks[j] if picks is not None else _NO_PICK
@@ -189,7 +189,6 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
             demand.add(i, nodes)
             add_req(r), add_row(i), add_pos(cursor[r]), add_nodes(nodes), add_acc(acc), add_com(committed)
             add_drf(lv), add_dep(dp), add_size(node_ptr[i + 1] - node_ptr[i])
-            context += prompt[r] + cursor[r]
             tokens += 1 + len(nodes)
             if lv > levels:
                 levels = lv
@@ -206,13 +205,11 @@ def live_steps(st: Stages, *, available: Callable | None = None, opened: Callabl
         s += 1
 
 
-def _select(st: Stages, active, rows, adm: ContinuousBatching, available, overhead) -> list[tuple]:
+def _select(st: Stages, active, rows, context: int, available, overhead) -> list[tuple]:
     """Each request's selection in slot order: (nodes, accepted, drafted levels, pool depth, wall ms, CPU ms)."""
     sel, pool_depth = st.selection, st.pool_depth
     views = [st.pools.view(i) for i in rows]
     covered = _root_cover(st, views) if sel.batch_cost is not None and len(active) > 1 else None
-    if covered is not None:   # KV tokens the step's forward reads (before this step's commits)
-        context = sum(int(st.prompt_len[r]) + adm.cursor[r] for r in active)
     others_tokens = len(active)
     out = []
     for slot, (r, i) in enumerate(zip(active, rows, strict=True)):
@@ -374,12 +371,11 @@ class ScheduleRecorder:
         cycles["step"] = np.repeat(np.arange(len(self.stp), dtype=np.int32), steps["requests"])
         nodes = log.nodes
         cycles["draft_nodes"] = np.fromiter(map(len, nodes), np.int16, len(nodes))
-        chosen = [x for x in nodes if len(x)]
         return Schedule(
             selector=sel.name, batch=st.batch, num_requests=st.R, num_layers=L, num_experts=N,
             events=self.events, cycles=cycles, steps=steps,
             demand=np.stack(self.demand) if self.demand else np.zeros((0, (L * N + 7) // 8), np.uint8),
-            selected=(np.concatenate(chosen) if chosen else np.zeros(0)).astype(np.int16),
+            selected=(np.concatenate(nodes) if nodes else np.zeros(0)).astype(np.int16),
             output_len=st.output_len, prompt_len=st.prompt_len, selector_uses_time=sel.drafts,
             wall_s=time.perf_counter() - self.t0,
             meta={"lambda_star": getattr(sel.selector, "lam", None)})
