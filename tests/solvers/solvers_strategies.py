@@ -60,6 +60,15 @@ def costs(draw, K: int):
 
 
 @st.composite
+def instances(draw, pools, max_K: int, min_K: int = 0):
+    """(raw, K, b, beta, pool, cost): a pool drawn from ``pools``, a budget K and a cost model of length K + 1."""
+    raw = draw(pools)
+    K = draw(st.integers(min_K, max_K))
+    b, beta = draw(costs(K))
+    return raw, K, b, beta, Pool.from_routes(*raw.args()), CostModel(b, beta)
+
+
+@st.composite
 def affine_costs(draw, size: int):
     b0 = draw(st.one_of(st.sampled_from([1.0, 2.0]), st.floats(0.1, 10.0)))
     a = draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 2.0)))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from solvers_strategies import costs, raw_pools
+from solvers_strategies import instances, raw_pools
 
-from solvers import CostModel, Pool, select_adaptive_depth, select_exact
+from solvers import CostModel, select_adaptive_depth, select_exact
 from solvers.random_pools import paper_shaped_pool
 
 
@@ -23,11 +23,7 @@ def first_stop(pool, K, cost):
 
 @given(st.data())
 def test_lemma_2_on_random_pools(data):
-    raw = data.draw(raw_pools(max_nodes=9))
-    K = data.draw(st.integers(0, 7))
-    b, beta = data.draw(costs(K))
-    pool = Pool.from_routes(*raw.args())
-    cost = CostModel(b, beta)
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=9), 7))
     sel, d = select_adaptive_depth(pool, K, cost)
     full = select_exact(pool, K, cost)
     assert 0 <= d <= pool.depth and (d > 0 or pool.n == 0)

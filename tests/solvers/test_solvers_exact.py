@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from solvers_brute import brute_linear, brute_ratio
-from solvers_strategies import costs, raw_pools
+from solvers_strategies import instances, raw_pools
 
 from solvers import CostModel, InvalidInput, Pool, select_exact, select_max_linear
 from solvers.exact import (
@@ -26,23 +26,15 @@ def check_against_brute(raw, K, b, beta, sel):
 
 @given(st.data())
 def test_exact_methods_equal_brute_force(data):
-    raw = data.draw(raw_pools(max_nodes=9))
-    K = data.draw(st.integers(0, 10))
-    b, beta = data.draw(costs(K))
-    pool = Pool.from_routes(*raw.args())
-    cost = CostModel(b, beta)
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=9), 10))
     for method in (select_exact, branch_and_bound_ratio, enumerate_ratio):
         check_against_brute(raw, K, b, beta, method(pool, K, cost))
 
 
 @given(st.data())
 def test_max_linear_equals_brute_force(data):
-    raw = data.draw(raw_pools(max_nodes=9))
-    K = data.draw(st.integers(0, 10))
-    b, beta = data.draw(costs(K))
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=9), 10))
     lam = data.draw(st.one_of(st.sampled_from([0.0, 0.1, 0.25, 1.0]), st.floats(0.0, 2.0)))
-    pool = Pool.from_routes(*raw.args())
-    cost = CostModel(b, beta)
     nodes, value = brute_linear(raw, K, b, beta, lam)
     for method in (select_max_linear, branch_and_bound_linear, enumerate_linear):
         sel = method(pool, K, cost, lam)
@@ -119,11 +111,7 @@ def test_bad_cost_models(b, beta, words):
 
 @given(st.data())
 def test_a_start_set_never_changes_the_answer(data):
-    raw = data.draw(raw_pools(max_nodes=7))
-    K = data.draw(st.integers(0, 7))
-    b, beta = data.draw(costs(K))
-    pool = Pool.from_routes(*raw.args())
-    cost = CostModel(b, beta)
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=7), 7))
     from solvers_brute import legal_sets
     sets = [s for s in legal_sets(raw, K)]
     start = sets[data.draw(st.integers(0, len(sets) - 1))]

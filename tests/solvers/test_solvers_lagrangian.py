@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from solvers_brute import RawPool, brute_linear, brute_ratio
-from solvers_strategies import costs, raw_pools, shaped_costs, shaped_pools
+from solvers_strategies import instances, raw_pools, shaped_costs, shaped_pools
 
 from solvers import CostModel, InvalidInput, Pool, select_exact, select_marginal, select_max_linear
 from solvers.exact import (
@@ -40,11 +40,8 @@ def same(sel, ref):
 
 @given(st.data())
 def test_ratio_equals_brute_force(data):
-    raw = data.draw(raw_pools(max_nodes=9))
-    K = data.draw(st.integers(0, 10))
-    b, beta = data.draw(costs(K))
-    pool = Pool.from_routes(*raw.args())
-    sel = lagrangian_ratio(pool, K, CostModel(b, beta))
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=9), 10))
+    sel = lagrangian_ratio(pool, K, cost)
     nodes, r, f, t, q = brute_ratio(raw, K, b, beta)
     assert (sel.nodes, sel.reward, sel.union, sel.time, sel.ratio) == (nodes, r, f, t, q)
     assert sel.exact and sel.upper_bound == sel.ratio
@@ -52,12 +49,9 @@ def test_ratio_equals_brute_force(data):
 
 @given(st.data())
 def test_linear_equals_brute_force(data):
-    raw = data.draw(raw_pools(max_nodes=9))
-    K = data.draw(st.integers(0, 10))
-    b, beta = data.draw(costs(K))
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=9), 10))
     lam = data.draw(st.one_of(st.sampled_from([0.0, 0.1, 0.25, 1.0]), st.floats(0.0, 2.0)))
-    pool = Pool.from_routes(*raw.args())
-    sel = lagrangian_linear(pool, K, CostModel(b, beta), lam)
+    sel = lagrangian_linear(pool, K, cost, lam)
     nodes, value = brute_linear(raw, K, b, beta, lam)
     assert sel.nodes == nodes
     assert sel.reward - lam * sel.time == value == sel.upper_bound
@@ -171,12 +165,8 @@ def free_sets(draw, raw: RawPool):
 
 @given(st.data())
 def test_marginal_selection_equals_brute_force(data):
-    raw = data.draw(raw_pools(max_nodes=8))
-    K = data.draw(st.integers(0, 9))
-    b, beta = data.draw(costs(K))
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=8), 9))
     free, pairs = data.draw(free_sets(raw))
-    pool = Pool.from_routes(*raw.args())
-    cost = CostModel(b, beta)
     sel = select_marginal(pool, K, cost, free)
     assert (sel.nodes, sel.reward, sel.union, sel.time, sel.ratio) == \
         brute_ratio(raw, K, b, beta, pairs)
@@ -265,14 +255,11 @@ class _solver_first:
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_the_milp_is_exact_under_the_tie_rule(data):
-    raw = data.draw(raw_pools(max_nodes=8, min_nodes=1))
-    K = data.draw(st.integers(1, 8))
-    b, beta = data.draw(costs(K))
-    pool = Pool.from_routes(*raw.args())
+    raw, K, b, beta, pool, cost = data.draw(instances(raw_pools(max_nodes=8, min_nodes=1), 8, min_K=1))
     with _solver_first("milp"):
-        sel = select_exact(pool, K, CostModel(b, beta))
+        sel = select_exact(pool, K, cost)
         lam = data.draw(st.sampled_from([0.0, 0.1, 0.5]))
-        lin = select_max_linear(pool, K, CostModel(b, beta), lam)
+        lin = select_max_linear(pool, K, cost, lam)
     assert (sel.nodes, sel.reward, sel.union, sel.time, sel.ratio) == brute_ratio(raw, K, b, beta)
     nodes, value = brute_linear(raw, K, b, beta, lam)
     assert lin.nodes == nodes and lin.reward - lam * lin.time == value

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from solvers_brute import brute_linear, brute_ratio, legal_sets, score
-from solvers_strategies import costs, tie_pools
+from solvers_strategies import costs, instances, tie_pools
 
 import solvers.closure_search as closure_search
 import solvers.exact as exact
@@ -51,11 +51,7 @@ def canonical(sel):
 @settings(max_examples=80)
 @given(st.data())
 def test_tied_pools_equal_brute_force_whatever_method_answers(data):
-    raw = data.draw(tie_pools(max_nodes=14))
-    K = data.draw(st.integers(0, 9))
-    b, beta = data.draw(costs(K))
-    pool = Pool.from_routes(*raw.args())
-    cost = CostModel(b, beta)
+    raw, K, b, beta, pool, cost = data.draw(instances(tie_pools(max_nodes=14), 9))
     want = brute_ratio(raw, K, b, beta)
     lam = data.draw(st.sampled_from([0.0, 0.5, 1.0])) * want[4]
     want_lin = brute_linear(raw, K, b, beta, lam)

@@ -7,10 +7,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from solvers_brute import RawPool, brute_linear, brute_ratio, legal_sets, score
-from solvers_strategies import PROBS, costs, tie_pools
+from solvers_strategies import PROBS, instances, tie_pools
 
 import solvers.exact as exact
-from solvers import CostModel, Pool, select_exact, select_marginal, select_max_linear
+from solvers import Pool, select_exact, select_marginal, select_max_linear
 from solvers.uniform import is_uniform
 
 
@@ -60,11 +60,7 @@ def _key(sel):
 @settings(max_examples=150)
 @given(st.data())
 def test_uniform_pools_equal_brute_force(data):
-    raw = data.draw(uniform_pools())
-    K = data.draw(st.integers(0, 9))
-    b, beta = data.draw(costs(K))
-    cost = CostModel(b, beta)
-    pool = Pool.from_routes(*raw.args())
+    raw, K, b, beta, pool, cost = data.draw(instances(uniform_pools(), 9))
     want = brute_ratio(raw, K, b, beta)
     sel = select_exact(pool, K, cost)
     assert _key(sel) == want
