@@ -91,6 +91,23 @@ def test_ci_runs_the_readme_test_command():
     assert cmd in readme
 
 
+def test_ci_installs_into_a_new_environment_with_every_extra():
+    """.ci/run makes a new virtual environment and installs every optional extra there (pyproject.toml)."""
+    import re
+    import tomllib
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    code = [ln.split("#")[0] for ln in ci.splitlines()]
+    venv = next(i for i, ln in enumerate(code) if "-m venv" in ln)
+    path = next(i for i, ln in enumerate(code) if re.search(r'export PATH="\$VENV/bin:', ln))
+    run = next(i for i, ln in enumerate(code) if "eval" in ln and "TEST_COMMAND" in ln)
+    assert "mktemp -d" in ci and venv < path < run
+    cmd = next(ln for ln in ci.splitlines() if ln.startswith("TEST_COMMAND="))
+    extras = set(re.search(r'-e "\.\[([^\]]*)\]"', cmd).group(1).split(","))
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras == set(declared)
+
+
 def test_ci_runs_of_hypothesis_are_reproducible():
     """Under CI the derandomized profile is active (conftest picks it from the CI variable)."""
     import os

@@ -42,6 +42,25 @@ from simmoe.errors import SimmoeError
 # the last model trained, for replays of one trace that differ only in cache size or selector
 _TRAINED: dict = {}
 
+INSTALL_HINT = "pip install 'simmoe[learned]' (or: pip install lightgbm scikit-learn)"
+
+
+def require_learning_libraries() -> None:
+    """Refuse, in one line, a replay of ``learned`` where LightGBM or scikit-learn is missing.
+
+    They are the optional extra ``learned``: LGBMRegressor is LightGBM's
+    scikit-learn interface, so both must import.
+    """
+    missing = []
+    for module in ("lightgbm", "sklearn"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append("scikit-learn" if module == "sklearn" else module)
+    if missing:
+        raise SimmoeError(f"cache policy 'learned' needs {' and '.join(missing)}, which "
+                          f"{'is' if len(missing) == 1 else 'are'} not installed: {INSTALL_HINT}")
+
 
 class Learned:
     """Evict the expert with the largest predicted reuse distance (module docstring)."""
@@ -77,7 +96,8 @@ class Learned:
 
     @classmethod
     def check(cls, shape: CacheShape) -> None:
-        """Refuse, before any work, a replay that leaves too few requests to train on."""
+        """Refuse, before any work, a replay without the learning libraries or too few requests to train on."""
+        require_learning_libraries()
         cls().training_requests(shape)
 
     def training_requests(self, shape: CacheShape) -> tuple[int, ...]:
@@ -104,6 +124,7 @@ class Learned:
         one of weight = their number and target = their mean, which leaves
         every squared-error split (and so the trees) as on the rows themselves.
         """
+        require_learning_libraries()
         import lightgbm
 
         X, y, w = self._rows(seq, L, N, seed)

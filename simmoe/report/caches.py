@@ -218,6 +218,10 @@ def _run(args) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         raise SimmoeError(f"--out {out}: folder {out.parent} does not exist")
+    if "learned" in POLICIES:        # refuse before any replay, not inside a worker
+        from simmoe.replay.cache_learned import require_learning_libraries
+
+        require_learning_libraries()
     setting = Setting(quick=args.quick, workers=args.workers, hardware=args.hardware)
     t0 = time.perf_counter()
     frames, metas = [], []
