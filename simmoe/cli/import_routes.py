@@ -9,7 +9,8 @@ from simmoe.errors import SimmoeError
 
 # = simmoe.trace.importer.FORMAT_NAMES, kept here so that `simmoe --help` does not load pyarrow
 # (a test checks that they agree).
-FORMAT_NAMES = ("jsonl", "csv", "parquet", "npy", "npz", "safetensors")
+FORMAT_NAMES = ("jsonl", "csv", "parquet", "npy", "npz", "safetensors",
+                "warp", "vllm", "megatron", "llama-moe-trace", "llama-csv", "flame")
 
 
 def register(sub) -> None:
@@ -18,8 +19,10 @@ def register(sub) -> None:
         help="Turn routing logs of other tools into an autoregressive trace",
         description="Read a routing log -- long format, one record per request, token and layer "
         "with the chosen experts (JSON lines, CSV or parquet), or dense [tokens, MoE layers, "
-        "top-k] arrays (.npy, .npz, .safetensors, or a parquet column of [layers][top-k] lists) "
-        "-- and "
+        "top-k] arrays (.npy, .npz, .safetensors, or a parquet column of [layers][top-k] lists), "
+        "or a tool's log (sqliteai/warp, vLLM's routed experts, llama.cpp's moe-trace and "
+        "layer_id,expert_ids CSV, Megatron-core's routing trace, FLAME-MoE-Traces), told from "
+        "the file where unambiguous -- and "
         "write an autoregressive-only trace (empty pools) for cache studies. Missing (token, "
         "layer) cells are counted and either fail the import or drop the incomplete tokens; "
         "they are never filled in. See docs/importing-routes.md.",
@@ -27,11 +30,15 @@ def register(sub) -> None:
     p.add_argument(
         "file",
         metavar="FILE",
-        help="routing log (.jsonl, .csv, .parquet) or routing arrays (.npy, .npz, .safetensors)",
+        help="routing log (.jsonl, .json, .csv, .parquet) or routing arrays (.npy, .npz, "
+        ".safetensors); a folder of FLAME-MoE-Traces layer_NN.parquet files or of vLLM "
+        "per-request array files",
     )
     p.add_argument("--out", required=True, metavar="TRACE", help="trace file to write (.parquet)")
     p.add_argument(
-        "--format", choices=list(FORMAT_NAMES), help="input format (default: from the file name)"
+        "--format", choices=list(FORMAT_NAMES),
+        help="input format: a container read generically, or a tool's layout (default: the "
+        "file name's container, a tool's layout when the content shows it)"
     )
     p.add_argument(
         "--request-col",
@@ -129,6 +136,7 @@ def model_geometry(args):
 def run(args) -> int:
     from simmoe.atomicio import check_outputs
     from simmoe.trace.importer import MAX_EXPERTS, MAX_LAYERS, RouteColumns, import_routes
+    from simmoe.trace.importer_common import GeometryMismatch
     from simmoe.trace.io import write_trace
 
     for flag, limit in (
@@ -155,7 +163,7 @@ def run(args) -> int:
     try:
         trace, report = import_routes(args.file, fmt=args.format, columns=columns, dataset=args.dataset,
                                       on_gap=args.on_gap, **geometry)
-    except SimmoeError as exc:
+    except GeometryMismatch as exc:  # only a disagreement with the geometry is the model's business
         if spec is None:
             raise
         raise SimmoeError(f"the log disagrees with {spec.name}'s geometry ({geometry['num_layers']} MoE layers x "
@@ -170,6 +178,8 @@ def run(args) -> int:
     )
     for note in report.inferred:
         print(f"  inferred {note}")
+    for note in report.notes:
+        print(f"  {report.format}: {note}")
     if report.prefill_missing_cells:
         print(
             f"  {report.prefill_missing_cells:,} (token, layer) cells of prompt tokens had no "

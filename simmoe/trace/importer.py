@@ -44,22 +44,14 @@ from simmoe.trace.importer_common import (
     RouteColumns,
     build_trace,
 )
+from simmoe.trace.importer_detect import CONTAINER_NAMES, CONTAINERS, TOOL_NAMES, container_of, detect
 from simmoe.trace.schema import Trace
 
-__all__ = ["FORMATS", "ImportReport", "RouteColumns", "import_routes", "MAX_EXPERTS", "MAX_LAYERS"]
+__all__ = ["FORMATS", "FORMAT_NAMES", "ImportReport", "RouteColumns", "import_routes", "MAX_EXPERTS",
+           "MAX_LAYERS"]
 
-FORMATS = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".pq": "parquet",
-    ".npy": "npy",
-    ".npz": "npz",
-    ".safetensors": "safetensors",
-}
-FORMAT_NAMES = ("jsonl", "csv", "parquet", "npy", "npz", "safetensors")
+FORMATS = CONTAINERS
+FORMAT_NAMES = (*CONTAINER_NAMES, *TOOL_NAMES)
 
 
 def import_routes(
@@ -86,45 +78,25 @@ def import_routes(
     :class:`SimmoeError` for missing cells when ``on_gap="fail"``.  Rows count
     data records (long format) or tokens (dense arrays) from 0 in file order.
     """
-    from simmoe.trace import importer_arrays as arrays
-    from simmoe.trace import importer_records as records
-
     src = str(path)
     if on_gap not in ON_GAP:
         raise SimmoeError(f"on_gap must be one of {', '.join(ON_GAP)}, got {on_gap!r}")
     for name, value in (("num_layers", num_layers), ("num_experts", num_experts), ("top_k", top_k)):
         if value is not None and value < 1:
             raise SimmoeError(f"{name} must be at least 1, got {value}")
-    if not Path(path).is_file():
-        raise TraceError("no such file" if not Path(path).exists() else "not a file", path=src)
-    fmt = fmt or FORMATS.get(Path(path).suffix.lower())
-    if fmt not in FORMAT_NAMES:
-        raise SimmoeError(
-            f"{src}: cannot tell the format from the file name; pass --format "
-            f"{', '.join(FORMAT_NAMES[:-1])} or {FORMAT_NAMES[-1]}"
-        )
-    report = ImportReport()
+    if not Path(path).exists():
+        raise TraceError("no such file", path=src)
+    if not (Path(path).is_file() or Path(path).is_dir()):
+        raise TraceError("not a file", path=src)
+    if fmt is not None and fmt not in FORMAT_NAMES:
+        raise SimmoeError(f"unknown format {fmt!r}; one of {', '.join(FORMAT_NAMES)}")
+    fmt = fmt or detect(src, columns)
+    if Path(path).is_dir() and fmt not in ("vllm", "flame"):
+        raise TraceError(f"a folder is read only as vllm or flame, not {fmt}", path=src)
+    report = ImportReport(format=fmt)
     geometry = dict(num_layers=num_layers, num_experts=num_experts, top_k=top_k)
-    if fmt in ("npy", "npz", "safetensors"):
-        tt, L, N, k, used = arrays.tokens_from_source(
-            arrays.open_source(src, fmt), src, columns, report=report, **geometry
-        )
-    else:
-        table = records.read_table(src, fmt, columns)
-        if table.num_rows == 0:
-            raise TraceError("no records", path=src)
-        if columns.experts in table.column_names and records.is_nested_list(
-            table.schema.field(columns.experts).type
-        ):
-            tt, L, N, k, used = arrays.tokens_from_source(
-                arrays.table_source(table), src, columns, report=report, **geometry
-            )
-        else:
-            report.records = table.num_rows
-            tt, L, N, k = records.tokens_from_records(
-                table, src, columns, report=report, **geometry
-            )
-            used = {k_: v for k_, v in vars(columns).items() if v is not None}
+    read = _tool if fmt in TOOL_NAMES else _container
+    tt, L, N, k, used = read(src, fmt, columns, report, geometry, moe_layers)
     trace = build_trace(
         tt,
         L=L,
@@ -142,3 +114,57 @@ def import_routes(
         decoder_layers=int(decoder_layers),
     )
     return trace, report
+
+
+def _tool(src: str, fmt: str, columns: RouteColumns, report: ImportReport, geometry: dict,
+          moe_layers) -> tuple:
+    """A tool's log through its reader, then through the dense arrays' checks and assembly."""
+    from simmoe.trace import importer_arrays as arrays
+    from simmoe.trace import importer_forwards as forwards
+    from simmoe.trace import importer_tools as tools
+
+    if fmt in ("llama-csv", "llama-moe-trace", "megatron"):
+        notes: list[str] = []
+        if fmt == "llama-csv":
+            cells, field = forwards.llama_csv(src, geometry["top_k"])
+        elif fmt == "llama-moe-trace":
+            cells, field, _k = forwards.llama_moe_trace(src, geometry["top_k"])
+        else:
+            cells, field, notes = forwards.megatron(src)
+        log = forwards.tokens_from_cells(cells, src, field, moe_layers=tuple(moe_layers),
+                                         num_layers=geometry["num_layers"])
+        log.notes[:0] = notes
+    elif fmt == "warp":
+        log = tools.warp(src, columns)
+    elif fmt == "vllm":
+        log = tools.vllm(src, container_of(src) or "")
+    else:
+        log = tools.flame(src)
+    tt, L, N, k, used = arrays.tokens_from_source(arrays.dict_source(log.arrays), src, log.columns,
+                                                  report=report, **geometry)
+    for role in log.derived:  # made by the reader, not a column of the log
+        used.pop(role, None)
+    report.notes += log.notes
+    return tt, L, N, k, used
+
+
+def _container(src: str, fmt: str, columns: RouteColumns, report: ImportReport, geometry: dict,
+               _moe_layers) -> tuple:
+    """The generic readings: dense arrays, or a table of records or of per-token lists."""
+    from simmoe.trace import importer_arrays as arrays
+    from simmoe.trace import importer_records as records
+
+    if fmt in ("npy", "npz", "safetensors"):
+        return arrays.tokens_from_source(arrays.open_source(src, fmt), src, columns, report=report,
+                                         **geometry)
+    table = records.read_table(src, fmt, columns)
+    if table.num_rows == 0:
+        raise TraceError("no records", path=src)
+    if columns.experts in table.column_names and records.is_nested_list(
+        table.schema.field(columns.experts).type
+    ):
+        return arrays.tokens_from_source(arrays.table_source(table), src, columns, report=report,
+                                         **geometry)
+    report.records = table.num_rows
+    tt, L, N, k = records.tokens_from_records(table, src, columns, report=report, **geometry)
+    return tt, L, N, k, {k_: v for k_, v in vars(columns).items() if v is not None}

@@ -32,6 +32,7 @@ from simmoe.errors import TraceError
 from simmoe.trace.importer_common import (
     DEFAULT_COLUMNS,
     MAX_TOKEN_INDEX,
+    GeometryMismatch,
     ImportReport,
     RouteColumns,
     TokenTable,
@@ -118,6 +119,21 @@ class _Table(_Source):
 
     def get(self, name):
         return self.table.column(name).combine_chunks()
+
+
+class _Dict(_Source):
+    """Arrays a tool's log was turned into (simmoe.trace.importer_tools), by name."""
+
+    def __init__(self, arrays: dict):
+        self.arrays = arrays
+        self.names = list(arrays)
+
+    def get(self, name):
+        return self.arrays[name]
+
+
+def dict_source(arrays: dict) -> _Source:
+    return _Dict(arrays)
 
 
 def open_source(src: str, fmt: str) -> _Source:
@@ -267,7 +283,7 @@ def _num_experts(routes: np.ndarray, num_experts: int | None, src: str, field, r
         return vmax + 1
     if vmax >= num_experts:
         t, layer = (int(v) for v in np.argwhere((routes >= num_experts).any(axis=2))[0])
-        raise TraceError(
+        raise GeometryMismatch(
             f"layer {layer}: expert id {int(routes[t, layer].max())} outside [0, {num_experts}) "
             f"(the model's N)",
             path=src,
@@ -324,12 +340,12 @@ def _check_routes(
         if n == 0:
             raise TraceError(f"routes of shape {routes.shape}: no {what}", path=src, field=field)
     if num_layers is not None and num_layers != L:
-        raise TraceError(
+        raise GeometryMismatch(
             f"routes have {L} MoE layers, --num-layers says {num_layers}", path=src, field=field
         )
     check_layers(L, f"routes of {L} layers", src, field)
     if top_k is not None and k != top_k:
-        raise TraceError(f"routes have top-{k}, --top-k says {top_k}", path=src, field=field)
+        raise GeometryMismatch(f"routes have top-{k}, --top-k says {top_k}", path=src, field=field)
     if routes.dtype == np.uint64 and routes.max() > np.iinfo(np.int64).max:
         raise TraceError("expert id beyond the int64 range", path=src, field=field)
     return T, L, k

@@ -50,12 +50,21 @@ class RouteColumns:
 DEFAULT_COLUMNS = RouteColumns()
 
 
+class GeometryMismatch(TraceError):
+    """The log disagrees with a given geometry (L, N or k from the flags or a catalogued model).
+
+    Only this kind of error is a disagreement with a model; a missing column
+    or a damaged file is a plain :class:`TraceError`.
+    """
+
+
 @dataclass
 class ImportReport:
     """What the import found: counts for the user and for the provenance."""
 
     records: int = 0  # input rows: records (long format) or token rows (dense arrays)
     layout: str = "records"  # "records" or "dense"
+    format: str = ""  # the layout read: a container (jsonl, csv, ...) or a tool's (warp, vllm, ...)
     requests: int = 0
     positions: int = 0
     missing_cells: int = 0
@@ -65,6 +74,8 @@ class ImportReport:
     inferred: list[str] = field(default_factory=list)
     prefill_records: int = 0  # prompt rows (records or tokens)
     prefill_missing_cells: int = 0
+    notes: list[str] = field(default_factory=list)  # how a tool's log was read (assumptions)
+    suspect: str = ""  # what suggests layers renumbered independently (long format), for gap messages
 
 
 @dataclass
@@ -105,7 +116,7 @@ def check_experts(N: int, k: int, src: str, name: str | None) -> None:
     if N > MAX_EXPERTS:
         raise TraceError(f"{N} experts: at most {MAX_EXPERTS} are supported", path=src, field=name)
     if k > N:
-        raise TraceError(
+        raise GeometryMismatch(
             f"{k} experts per token and layer but only {N} experts", path=src, field=name
         )
 
@@ -335,36 +346,42 @@ def _count_gaps(tt: TokenTable, order, o_req, o_idx, complete, *, L: int, src: s
         )
         raise SimmoeError(
             f"{src}: {report.missing_cells} (token, layer) cells have no routes, in "
-            f"{report.incomplete_tokens} tokens (first: {where}); pass --on-gap drop to drop "
-            f"incomplete tokens (nothing is filled in)"
+            f"{report.incomplete_tokens} tokens (first: {where}); "
+            + (f"{report.suspect}; " if report.suspect else "")
+            + "pass --on-gap drop to drop incomplete tokens (nothing is filled in)"
         )
     report.dropped_tokens = report.incomplete_tokens
+    if report.suspect:
+        report.notes.append(report.suspect)
 
 
 def _meta(tt: TokenTable, geometry: ModelGeometry, *, src: str, fmt: str, on_gap: str, report: ImportReport,
           columns_used: dict[str, str]) -> dict:
     """The imported trace's metadata: provenance (what was read, what was dropped or inferred), geometry."""
+    provenance = {
+        "kind": IMPORTED,
+        "source": os.path.basename(src),
+        "format": fmt,
+        "layout": report.layout,
+        "columns": columns_used,
+        "records": report.records,
+        "prefill_records": report.prefill_records,
+        "prefill_missing_cells": report.prefill_missing_cells,
+        "missing_cells": report.missing_cells,
+        "on_gap": on_gap,
+        "dropped_tokens": report.dropped_tokens,
+        "dropped_requests": report.dropped_requests,
+        "inferred": report.inferred,
+        "token_ids": "recorded" if tt.token_id is not None else "absent (stored as 0)",
+        "prefill": "recorded"
+        if "prefill" in columns_used
+        else "absent (empty union, prompt_len 0)",
+    }
+    if report.notes:  # only tools' logs have them; other provenance stays as it was
+        provenance["notes"] = list(report.notes)
     return {
         "schema_version": SCHEMA_VERSION,
-        "provenance": {
-            "kind": IMPORTED,
-            "source": os.path.basename(src),
-            "format": fmt,
-            "layout": report.layout,
-            "columns": columns_used,
-            "records": report.records,
-            "prefill_records": report.prefill_records,
-            "prefill_missing_cells": report.prefill_missing_cells,
-            "missing_cells": report.missing_cells,
-            "on_gap": on_gap,
-            "dropped_tokens": report.dropped_tokens,
-            "dropped_requests": report.dropped_requests,
-            "inferred": report.inferred,
-            "token_ids": "recorded" if tt.token_id is not None else "absent (stored as 0)",
-            "prefill": "recorded"
-            if "prefill" in columns_used
-            else "absent (empty union, prompt_len 0)",
-        },
+        "provenance": provenance,
         "geometry": geometry.to_dict(),
         "pool_shape": PoolShape(0, 0, 0, 0).to_dict(),
         "hardware": None,

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from simmoe.errors import TraceError
 from simmoe.trace.importer_common import (
     MAX_TOKEN_INDEX,
+    GeometryMismatch,
     ImportReport,
     RouteColumns,
     TokenTable,
@@ -50,14 +51,14 @@ def read_table(src: str, fmt: str, columns: RouteColumns) -> pa.Table:
             names = schema.names
             if columns.experts in names and is_nested_list(schema.field(columns.experts).type):
                 return pq.read_table(src)
-            _require(names, _wanted(columns), src)
+            _require(names, columns, src)
             return pq.read_table(src, columns=_wanted(columns))
         _check_text(src, fmt)
         if fmt == "csv":
             import pyarrow.csv as pcsv
 
             names = _csv_header(src)
-            _require(names, _wanted(columns), src)
+            _require(names, columns, src)
             types = {columns.request: pa.string(), columns.experts: pa.string()}
             table = pcsv.read_csv(
                 src,
@@ -75,7 +76,7 @@ def read_table(src: str, fmt: str, columns: RouteColumns) -> pa.Table:
                 columns.experts in table.column_names
                 and is_nested_list(table.schema.field(columns.experts).type)
             ):
-                _require(table.column_names, _wanted(columns), src)
+                _require(table.column_names, columns, src)
                 table = table.select(_wanted(columns))
     except (pa.ArrowException, OSError) as exc:  # a damaged parquet file raises OSError
         if fmt != "parquet":
@@ -87,6 +88,21 @@ def read_table(src: str, fmt: str, columns: RouteColumns) -> pa.Table:
         if fmt != "parquet":
             _find_bad_line(src, fmt)
         raise TraceError(f"invalid data in the file ({fmt})", path=src) from None
+    return table
+
+
+def read_text(src: str, fmt: str, read) -> pa.Table:
+    """The table ``read()`` makes of a text file (``fmt`` "jsonl" or "csv"), checked like
+    :func:`read_table`'s: no records, a line that is not UTF-8 (or JSON) named by its number."""
+    _check_text(src, fmt)
+    try:
+        table = read()
+        table.validate(full=True)
+    except (pa.ArrowException, OSError) as exc:
+        _find_bad_line(src, fmt)  # raises naming the line when it finds one
+        raise TraceError(f"cannot parse as {fmt}: {str(exc).splitlines()[0]}", path=src) from None
+    if table.num_columns == 0:
+        raise TraceError("no records (only blank lines)", path=src)
     return table
 
 
@@ -163,12 +179,14 @@ def _csv_header(src: str) -> list[str]:
         return next(csv.reader(fh), [])
 
 
-def _require(names, wanted, src) -> None:
-    for name in wanted:
+def _require(names, columns: RouteColumns, src) -> None:
+    # The experts column first: without it nothing else matters, and naming another column
+    # instead would send the user after the wrong one.
+    for name in sorted(_wanted(columns), key=lambda n: n != columns.experts):
         if name not in names:
             raise TraceError(
                 f"missing column (columns are: {', '.join(map(str, names))}; "
-                f"choose names with the --*-col options)",
+                f"choose names with the --*-col options, or a tool's layout with --format)",
                 path=src,
                 field=name,
             )
@@ -191,7 +209,7 @@ def tokens_from_records(
     req_codes, req_names = request_codes(table.column(columns.request), columns.request, src)
     token = integers(table.column(columns.token), columns.token, src)
     layer = integers(table.column(columns.layer), columns.layer, src)
-    experts, k = _experts(table.column(columns.experts), columns.experts, top_k, src)
+    experts, k = expert_lists(table.column(columns.experts), columns.experts, top_k, src)
     token_id = (
         integers(table.column(columns.token_id), columns.token_id, src)
         if columns.token_id
@@ -207,6 +225,8 @@ def tokens_from_records(
                      top_k=top_k, report=report)
     order, start, cells = _tokens(req_codes, req_names, token, layer, src, columns)
     r_s, t_s, l_s = req_codes[order], token[order], layer[order]
+    if (cells != L).any():  # some token lacks a layer: gaps, unless the layers were renumbered
+        report.suspect = _renumbering(r_s, t_s, l_s, req_names)
     tok_prompt = _prompt_tokens(prefill, order, start, cells, token, req_codes, req_names, src, columns)
 
     R = len(req_names)
@@ -256,6 +276,15 @@ def _geometry(token, layer, experts, k: int, src: str, columns: RouteColumns, *,
     if num_layers is not None:
         check_layers(num_layers, f"--num-layers {num_layers}", src, columns.layer)
         L = num_layers
+        absent = np.setdiff1d(np.arange(L), layer)
+        if len(absent):  # whole layers missing: the log is of another model, not a log with gaps
+            raise GeometryMismatch(
+                f"no record of layer {absent[0]}"
+                + (f" (nor of {len(absent) - 1} more)" if len(absent) > 1 else "")
+                + f": the log has {L - len(absent)} of the {L} layers",
+                path=src,
+                field=columns.layer,
+            )
     else:
         L = int(layer.max()) + 1
         check_layers(L, f"layer {L - 1}", src, columns.layer, row=int(np.argmax(layer)))
@@ -267,8 +296,8 @@ def _geometry(token, layer, experts, k: int, src: str, columns: RouteColumns, *,
         report.inferred.append(f"top_k={k} (experts per record)")
     check_experts(N, k, src, columns.experts)
     bad = np.flatnonzero(experts[:, -1] >= N)
-    if len(bad):
-        raise TraceError(
+    if len(bad):  # only possible when N was given
+        raise GeometryMismatch(
             f"expert id {int(experts[bad[0], -1])} outside [0, {N})",
             path=src,
             row=int(bad[0]),
@@ -298,6 +327,44 @@ def _tokens(req_codes, req_names, token, layer, src: str, columns: RouteColumns)
     return order, start, np.diff(np.append(start, len(order)))
 
 
+def _renumbering(r_s, t_s, l_s, req_names) -> str:
+    """What suggests that tokens were dropped in some layers only and the rest renumbered (one
+    index then names different tokens in different layers), or "".
+
+    The sign: a request whose layers each number their tokens ``lo .. lo + n - 1`` without a gap,
+    with counts that differ by more than one or rise from one layer to the next.  Explicit indices
+    cannot prove it (the same records are a log missing those layers' last tokens), so it is a
+    hint for the gap message, not an error; a log cut inside its last token (its last layers one
+    token short) does not raise it.  Records sorted by (request, token, layer) come in.
+    """
+    order = np.lexsort((t_s, l_s, r_s))  # by (request, layer, token)
+    r, layer, t = r_s[order], l_s[order], t_s[order]
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (layer[1:] != layer[:-1])
+    g = np.flatnonzero(new)  # one group per (request, layer), requests then layers ascending
+    count = np.diff(np.append(g, len(r)))
+    lo, hi = t[g], np.maximum.reduceat(t, g)
+    g_req, g_layer = r[g], layer[g]
+    rs = np.flatnonzero(np.append(True, g_req[1:] != g_req[:-1]))  # each request's first group
+    dense = np.logical_and.reduceat(hi - lo + 1 == count, rs)
+    same_lo = np.maximum.reduceat(lo, rs) == np.minimum.reduceat(lo, rs)
+    cmax, cmin = np.maximum.reduceat(count, rs), np.minimum.reduceat(count, rs)
+    rises = np.zeros(len(g), dtype=bool)
+    rises[1:] = (count[1:] > count[:-1]) & (g_req[1:] == g_req[:-1])
+    bad = np.flatnonzero(dense & same_lo & ((cmax - cmin > 1) | np.logical_or.reduceat(rises, rs)))
+    if not len(bad):
+        return ""
+    i = int(bad[0])
+    grp = slice(rs[i], rs[i + 1] if i + 1 < len(rs) else len(g))
+    few, many = int(np.argmin(count[grp])), int(np.argmax(count[grp]))
+    return (
+        f"request {req_names[g_req[rs[i]]]!r}: layer {g_layer[grp][few]} has {count[grp][few]} "
+        f"tokens, layer {g_layer[grp][many]} {count[grp][many]}, each numbered from {lo[rs[i]]} "
+        f"without a gap: if tokens were dropped in some layers only and renumbered, indices do not "
+        f"match across layers"
+    )
+
+
 def _prompt_tokens(prefill, order, start, cells, token, req_codes, req_names, src: str,
                    columns: RouteColumns) -> np.ndarray:
     """Per token: a prompt (prefill) token; a token with both prefill and decode records fails."""
@@ -317,7 +384,7 @@ def _prompt_tokens(prefill, order, start, cells, token, req_codes, req_names, sr
     return n_prompt > 0
 
 
-def _experts(
+def expert_lists(
     col: pa.ChunkedArray, name: str, top_k: int | None, src: str
 ) -> tuple[np.ndarray, int]:
     """Experts of every record, sorted: int64 [records, k]."""
@@ -353,7 +420,7 @@ def _experts(
     k = int(top_k) if top_k is not None else int(lengths[0])
     bad = np.flatnonzero(lengths != k)
     if len(bad):
-        raise TraceError(
+        raise (GeometryMismatch if top_k is not None else TraceError)(
             f"{int(lengths[bad[0]])} experts, expected {k}"
             f"{'' if top_k is not None else ' like row 0 (pass --top-k to set it)'}",
             path=src,
@@ -384,7 +451,7 @@ def _check_range(values: np.ndarray, what: str, limit: int | None, src: str, nam
     if limit is not None:
         bad = np.flatnonzero(values >= limit)
         if len(bad):
-            raise TraceError(
+            raise GeometryMismatch(
                 f"{what} {values[bad[0]]} outside [0, {limit})",
                 path=src,
                 row=int(bad[0]),

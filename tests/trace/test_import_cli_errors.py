@@ -20,6 +20,7 @@ from simmoe.cli import main
 from simmoe.cli.import_routes import FORMAT_NAMES
 from simmoe.errors import SimmoeError
 from simmoe.trace import importer
+from simmoe.trace.importer_detect import CONTAINER_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = [
@@ -210,7 +211,9 @@ def test_dense_input_errors_through_the_command_line(tmp_path, capsys):
 
 def test_cli_format_names_match_the_importer():
     assert FORMAT_NAMES == importer.FORMAT_NAMES
-    assert set(importer.FORMATS.values()) == set(FORMAT_NAMES)
+    from simmoe.trace.importer_detect import TOOL_NAMES
+
+    assert set(importer.FORMATS.values()) | set(TOOL_NAMES) == set(FORMAT_NAMES)
 
 
 def test_dense_import_through_the_command_line(tmp_path, capsys):
@@ -276,12 +279,12 @@ def _valid_inputs(folder):
         "request_id,token_idx,layer,experts,phase\n"
         + "".join(f'a,{x["token_idx"]},{x["layer"]},"{x["experts"]}",output\n' for x in recs)
     )
-    return {fmt: (folder / f"v.{fmt}").read_bytes() for fmt in FORMAT_NAMES}
+    return {fmt: (folder / f"v.{fmt}").read_bytes() for fmt in CONTAINER_NAMES}
 
 
 @settings(max_examples=60)
 @given(
-    fmt=st.sampled_from(FORMAT_NAMES),
+    fmt=st.sampled_from(CONTAINER_NAMES),
     edits=st.lists(
         st.tuples(
             st.floats(0, 1, exclude_max=True), st.integers(0, 2), st.binary(min_size=1, max_size=8)
