@@ -93,24 +93,49 @@ def _selector_time_help() -> str:
             "reproducible byte for byte")
 
 
+def _description() -> str:
+    from simmoe.replay import plugins
+
+    listed = plugins.summaries("selector")   # a plugin that cannot be loaded says why, in its line
+    width = 2 + max(len(n) for n, _ in listed)
+    return ("Replay a trace under each selector with an expert cache and print the "
+            "paper's counters per selector.  Speedup is over AR without a cache on the same trace "
+            "and profile.\n\nSelectors (registered; an installed plugin's name or module:Name also works):\n"
+            + "\n".join(f"  {n:<{width}}{summary}" for n, summary in listed))
+
+
+def _lazy_help():
+    """``--help`` that lists the selectors only when it is asked for (a broken plugin cannot break other commands)."""
+    import argparse
+
+    class LazyHelp(argparse.Action):
+        def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+            super().__init__(option_strings, dest, default=default, nargs=0, help=help)
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            parser.description = _description()
+            parser.print_help()
+            parser.exit()
+
+    return LazyHelp
+
+
 def register(sub) -> None:
     import argparse
 
     from simmoe.replay import plugins
     from simmoe.replay.engine import DEFAULT_PROFILE, TIMING_MODELS
-    from simmoe.replay.selectors import DEFAULT_SELECTORS, SELECTORS
+    from simmoe.replay.selectors import DEFAULT_SELECTORS
 
     p = sub.add_parser(
         "replay",
         help="Replay a trace under selectors, cache and hardware profile",
-        description="Replay a trace under each selector with an expert cache and print the "
-        "paper's counters per selector.  Speedup is over AR without a cache on the same trace "
-        "and profile.\n\nSelectors (registered; an installed plugin's name or module:Name also works):\n"
-        + "\n".join(f"  {n:<{2 + max(map(len, SELECTORS))}}{getattr(c, 'summary', '')}" for n, c in SELECTORS.items()),
+        add_help=False,   # -h below: the selector list is made when asked, so no plugin is imported before
         epilog="Columns (default set; --wide adds cycles, stopped early, drafted levels, selector ms; "
                "--columns picks any):\n" + legend(tuple(COLUMNS)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("-h", "--help", action=_lazy_help(), help="show this help message and exit")
     p.add_argument("trace", help="trace file (.parquet)")
     p.add_argument("--selectors", default=",".join(DEFAULT_SELECTORS),
                    help="comma-separated selector names, or 'all' "
@@ -171,15 +196,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import contextlib
+
     from simmoe.hardware.profile import profile_line
     from simmoe.replay.engine import ar_baseline
 
-    st = _setup(args)
-    configs = [ar_baseline(st.base)] + [selector_config(st.base, n, st.fixed_ms, st.profile) for n in st.names]
-    console = _console(stderr=True)
-    (console if st.to_stdout else _console(stderr=False)).print(provenance_text(st.trace, args.trace,
-                                                                               st.base.requests))
-    out = _replay_all(st, configs, args, console)
+    # plugin code may print: while it runs, with the result bound for stdout, what it prints goes to stderr
+    to_stdout = "-" in (args.json, args.csv)
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        st = _setup(args)
+        configs = [ar_baseline(st.base)] + [selector_config(st.base, n, st.fixed_ms, st.profile) for n in st.names]
+        console = _console(stderr=True)
+        (console if st.to_stdout else _console(stderr=False)).print(provenance_text(st.trace, args.trace,
+                                                                                   st.base.requests))
+        out = _replay_all(st, configs, args, console)
     rows, baseline = _rows(configs, out)
     meta = {
         "trace": str(args.trace), "synthetic": bool(st.trace.is_synthetic),

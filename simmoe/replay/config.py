@@ -67,18 +67,16 @@ class ReplayConfig:
         return size > 0 and self.cache != "none"
 
     def validate(self) -> ReplayConfig:
-        from simmoe.replay import plugins
+        """This configuration, its fields checked and its plugins found (:func:`resolve`), else one line."""
+        return resolve(self).config
 
-        plugins.load("selector", self.selector)
+    def check_fields(self) -> None:
+        """Every field's own check (the plugins' names are :func:`resolve`'s)."""
         if isinstance(self.slots, bool) or int(self.slots) != self.slots or self.slots < 0:
             raise SimmoeError(f"slots must be a non-negative integer, got {self.slots!r}")
         b = self.cache_budget
         if b is not None and (isinstance(b, bool) or int(b) != b or b < 0):
             raise SimmoeError(f"--cache-experts {b!r}: the cache budget must be a non-negative number of experts")
-        if self.cache != "none":
-            plugins.load("cache", self.cache)
-        if self.prefetch != "none":
-            plugins.load("prefetch", self.prefetch)
         if self.timing not in TIMING_MODELS:
             raise SimmoeError(f"unknown timing model {self.timing!r}; known: {', '.join(TIMING_MODELS)}")
         check_accuracy(self.route_accuracy)
@@ -96,7 +94,6 @@ class ReplayConfig:
         from simmoe.trace.sampling import check_temperature_value
 
         check_temperature_value(self.temperature, "temperature")
-        return self
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -104,18 +101,168 @@ class ReplayConfig:
         return d
 
 
-def plan_key(config: ReplayConfig) -> tuple:
-    """What a plan (the schedule of selections) depends on: configurations with equal keys share one."""
-    from simmoe.replay import plugins
+# what a selector may declare (simmoe.api.Selector's optional class attributes) and its default
+SELECTOR_FLAGS = {"drafts": True, "uses_cost": False, "uses_evict_cost": False, "uses_residency": False,
+                  "reads_verdicts": False, "needs_prepare": False}
 
-    cls = plugins.load("selector", config.selector)
-    uses_cost = bool(getattr(cls, "uses_cost", False))
-    uses_evict = bool(getattr(cls, "uses_evict_cost", False))
-    drafts = bool(getattr(cls, "drafts", True))
-    cost_key = (config.hardware if (uses_cost or uses_evict) else None,
-                config.cache_active if uses_cost else None)
+
+@dataclass(frozen=True)
+class Setting:
+    """A :class:`ReplayConfig` resolved: its plugins' classes, loaded once, and what they declare.
+
+    Made by :func:`resolve`, the one place where a configuration's names are
+    looked up and the whole setting is checked, at the edge of a replay
+    (``replay``, ``replay_all``, and each worker for what it receives); the
+    engine and its stages read the flags here.  Every plugin is built new for
+    each replay from these classes (:meth:`new_selector`,
+    :meth:`new_cache_policy`, :meth:`new_prefetch_policy`), so no state passes
+    from one replay to the next.  A setting pickles as its configuration and
+    is resolved again where it lands (a worker process).
+    """
+
+    config: ReplayConfig
+    selector_cls: type
+    cache_cls: type | None = None       # None: --cache none
+    prefetch_cls: type | None = None    # None: --prefetch none
+    # the selector's declarations (SELECTOR_FLAGS)
+    drafts: bool = True
+    uses_cost: bool = False
+    uses_evict_cost: bool = False
+    uses_residency: bool = False
+    reads_verdicts: bool = False
+    needs_prepare: bool = False
+    # the cache policy's: its future demand in advance (an offline policy such as Belady)
+    needs_future: bool = False
+    # the prefetch policy's: it knows the verified subtree before selection (an oracle)
+    knows_truth: bool = False
+
+    def __reduce__(self):
+        return (resolve, (self.config,))
+
+    @property
+    def selector_flags(self) -> dict[str, bool]:
+        """The selector's declarations by name (:data:`SELECTOR_FLAGS`)."""
+        return {k: bool(getattr(self, k)) for k in SELECTOR_FLAGS}
+
+    def offline_cache(self, profile) -> bool:
+        """Whether the replay's cache is an offline policy's, which is handed the future demand."""
+        return self.needs_future and self.config.cache_active and not profile.resident
+
+    def new_selector(self, context):
+        """A new selector for one replay (``context``: :class:`simmoe.api.SelectorContext`)."""
+        from simmoe.replay import plugins
+
+        return plugins.build("selector", self.config.selector, self.selector_cls, context)
+
+    def new_cache_policy(self):
+        """A new cache policy for one replay (its calls guarded)."""
+        from simmoe.replay import plugins
+
+        assert self.cache_cls is not None, "no cache policy in this setting"
+        return plugins.build("cache", self.config.cache, self.cache_cls)
+
+    def new_prefetch_policy(self):
+        """A new prefetch policy for one replay (its calls guarded)."""
+        from simmoe.replay import plugins
+
+        assert self.prefetch_cls is not None, "no prefetch policy in this setting"
+        return plugins.build("prefetch", self.config.prefetch, self.prefetch_cls)
+
+    def without_prefetch(self) -> Setting:
+        """The same setting without its prefetch policy (the reference of the time prefetching saves)."""
+        return replace(self, config=replace(self.config, prefetch="none"), prefetch_cls=None, knows_truth=False)
+
+    def check(self, trace, profile) -> Setting:
+        """Refuse, in one line, a setting that cannot replay ``trace`` on ``profile``, before any work.
+
+        The requests and batch, the cache budget, the cache policy's own
+        ``check``, and the combinations with no meaning
+        (:mod:`simmoe.replay.engine`'s docstring); the engine's
+        ``check_setting`` adds the selector's construction (its cost models).
+        """
+        config = self.config
+        if not profile.resident:
+            check_budget(trace, config)
+            self._check_cache_policy(trace)
+        self._check_combination(trace, profile)
+        R = requests_of(trace, config)
+        if R == 0:
+            raise SimmoeError("the trace has no requests")
+        check_batch(config.batch, R)
+        return self
+
+    def _check_combination(self, trace, profile) -> None:
+        config, coupled = self.config, self.uses_residency
+        if profile.resident and config.prefetch != "none":
+            raise SimmoeError(f"--prefetch {config.prefetch}: profile {profile.name} keeps every expert on the "
+                              "device (resident regime): there are no copies to prefetch")
+        if profile.resident and coupled:
+            raise SimmoeError(f"selector {config.selector!r} selects from the experts on their way to the device; "
+                              f"profile {profile.name} keeps every expert there (resident regime)")
+        if coupled and self.knows_truth:
+            raise SimmoeError(f"--prefetch {config.prefetch} knows the verified subtree before it is selected; "
+                              f"selector {config.selector!r} selects from what has been prefetched, so the "
+                              "two cannot be combined")
+        if coupled and config.cache_active and self.needs_future:
+            raise SimmoeError(f"cache policy {config.cache!r} needs the replay's demand in advance, which "
+                              f"selector {config.selector!r} changes as it selects from the cache")
+        if config.prefetch == "draft" and len(trace.node_parent) == 0:
+            raise SimmoeError("--prefetch draft: the trace holds no draft pools, so no route predictions "
+                              "to prefetch from (use --prefetch next-layer or oracle)")
+
+    def _check_cache_policy(self, trace) -> None:
+        """A cache policy's optional ``check(shape)``: refuse, before any work, a replay it cannot serve."""
+        config = self.config
+        check = getattr(self.cache_cls, "check", None) if config.cache_active else None
+        if check is None:
+            return
+        from simmoe.api import CacheShape
+        from simmoe.replay import plugins
+
+        g = trace.geometry
+        shape = CacheShape(int(g.num_layers), int(g.num_experts), int(config.slots), budget=config.cache_budget,
+                           seed=config.seed, trace=trace, requests=tuple(range(requests_of(trace, config))))
+        try:
+            check(shape)
+        except SimmoeError:   # the policy's own refusal, as it is
+            raise
+        except (Exception, SystemExit) as exc:
+            raise plugins.plugin_error("cache", config.cache, exc, "in check()") from None
+
+
+def resolve(config: ReplayConfig | Setting, trace=None, profile=None) -> Setting:
+    """``config`` as a :class:`Setting`: its fields checked, its plugins loaded and their flags read.
+
+    With ``trace`` and ``profile``, the whole setting is checked against them
+    as well (:meth:`Setting.check`).  A :class:`Setting` is returned as it is
+    (checked again only when ``trace`` and ``profile`` are given).
+    """
+    if isinstance(config, Setting):
+        setting = config
+    else:
+        from simmoe.replay import plugins
+
+        selector = plugins.load("selector", config.selector)
+        config.check_fields()
+        cache = plugins.load("cache", config.cache) if config.cache != "none" else None
+        prefetch = plugins.load("prefetch", config.prefetch) if config.prefetch != "none" else None
+        flags = {k: bool(getattr(selector, k, default)) for k, default in SELECTOR_FLAGS.items()}
+        setting = Setting(config, selector, cache, prefetch, **flags,
+                          needs_future=bool(getattr(cache, "needs_future", False)),
+                          knows_truth=bool(getattr(prefetch, "knows_truth", False)))
+    if trace is not None and profile is not None:
+        setting.check(trace, profile)
+    return setting
+
+
+def plan_key(config: ReplayConfig | Setting) -> tuple:
+    """What a plan (the schedule of selections) depends on: configurations with equal keys share one."""
+    setting = resolve(config)
+    config = setting.config
+    cost_key = (config.hardware if (setting.uses_cost or setting.uses_evict_cost) else None,
+                config.cache_active if setting.uses_cost else None)
     exact = config.route_accuracy >= 1.0  # exact routes do not depend on the seed
-    route_key = (config.route_accuracy, None if exact else config.seed) if drafts else None
+    route_key = (config.route_accuracy, None if exact else config.seed) if setting.drafts else None
     sampling_key = (float(config.temperature), config.draw_seed) if config.temperature > 0 else None
     return (config.selector, cost_key, route_key, config.requests, config.options, sampling_key, int(config.batch))
 

@@ -23,6 +23,10 @@ The first five stages never look at residency unless the selector declares
 size, which is what makes a sweep cheap).  A residency-reading selector runs
 the same stages live, inside the loop, with the residency stage at hand.
 
+A configuration enters the engine once: :func:`~simmoe.replay.config.resolve`
+turns it into a :class:`~simmoe.replay.config.Setting` (its plugins' classes
+and what they declare, every check of the whole setting made before any
+work), which the stages read; each replay builds its plugins new from it.
 Combinations refused, one line each (exit 2), because they have no meaning:
 prefetching, a cache, or a timeline with every expert resident (nothing is
 copied); ``--prefetch oracle`` with a selector that selects from what has
@@ -35,24 +39,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 
 import numpy as np
 
 from simmoe.errors import CheckFailed, SimmoeError
-from simmoe.replay import plugins
 from simmoe.replay.config import (  # noqa: F401  (the replay's public names, re-exported)
     DEFAULT_PROFILE,
     SELECTOR_CLOCKS,
     TIMING_MODELS,
     ReplayConfig,
+    Setting,
     ar_baseline,
     check_batch,
     check_budget,
     check_profile_geometry,
     plan_key,
     requests_of,
+    resolve,
 )
 from simmoe.replay.results import ReplayResult
 from simmoe.replay.schedule import Prefill, Schedule, ScheduleRecorder, Stages, live_steps
@@ -62,45 +66,35 @@ from simmoe.replay.workers import run_groups, shared
 CACHE_POLICIES = ("lru", "lfu", "belady", "static", "none")   # simmoe's own (plugins: simmoe.replay.plugins)
 
 
-def check_setting(trace, config: ReplayConfig, profile) -> None:
-    """Refuse, in one line, a combination of stages with no physical meaning (module docstring)."""
-    from simmoe.replay.selection import selector_flags
+def check_setting(trace, config: ReplayConfig | Setting, profile) -> Setting:
+    """``config`` resolved and checked on ``trace`` and ``profile``: every check of a replay before any work.
 
-    coupled = selector_flags(config.selector)["uses_residency"]
-    if not profile.resident:
-        check_budget(trace, config)
-        _check_cache_policy(trace, config)
-    if profile.resident and config.prefetch != "none":
-        raise SimmoeError(f"--prefetch {config.prefetch}: profile {profile.name} keeps every expert on the "
-                          "device (resident regime): there are no copies to prefetch")
-    if profile.resident and coupled:
-        raise SimmoeError(f"selector {config.selector!r} selects from the experts on their way to the device; "
-                          f"profile {profile.name} keeps every expert there (resident regime)")
-    if config.prefetch != "none" and coupled and getattr(plugins.load("prefetch", config.prefetch),
-                                                          "knows_truth", False):
-        raise SimmoeError(f"--prefetch {config.prefetch} knows the verified subtree before it is selected; "
-                          f"selector {config.selector!r} selects from what has been prefetched, so the "
-                          "two cannot be combined")
-    if coupled and config.cache_active and getattr(plugins.load("cache", config.cache), "needs_future", False):
-        raise SimmoeError(f"cache policy {config.cache!r} needs the replay's demand in advance, which "
-                          f"selector {config.selector!r} changes as it selects from the cache")
-    if config.prefetch != "none" and len(trace.node_parent) == 0 and config.prefetch == "draft":
-        raise SimmoeError("--prefetch draft: the trace holds no draft pools, so no route predictions "
-                          "to prefetch from (use --prefetch next-layer or oracle)")
+    One line for anything that cannot be replayed: the setting's own checks
+    (:meth:`Setting.check`, among them the combinations with no physical
+    meaning, module docstring), then its selector's construction with the
+    profile's cost models (built once here, and new again in the replay).
+    """
+    from simmoe.replay.selection import selector_context
+
+    setting = resolve(config, trace, profile)
+    c = setting.config
+    setting.new_selector(selector_context(trace, profile, c, c.batch))
+    return setting
 
 
-def _check_cache_policy(trace, config) -> None:
-    """A cache policy's optional ``check(shape)``: refuse, before any work, a replay it cannot serve."""
-    if not config.cache_active:
-        return
-    check = getattr(plugins.load("cache", config.cache), "check", None)
-    if check is None:
-        return
-    from simmoe.api import CacheShape
+def _edge(trace, config: ReplayConfig | Setting, profile) -> tuple[Setting, object]:
+    """A replay's configuration resolved and checked once, as it enters the engine, and its profile.
 
-    g = trace.geometry
-    check(CacheShape(int(g.num_layers), int(g.num_experts), int(config.slots), budget=config.cache_budget,
-                     seed=config.seed, trace=trace, requests=tuple(range(requests_of(trace, config)))))
+    A :class:`Setting` is taken as already checked (``replay_all`` checks
+    every configuration before it hands them out).
+    """
+    if profile is None:
+        from simmoe.hardware.profile import load_profile
+
+        profile = load_profile((config.config if isinstance(config, Setting) else config.validate()).hardware)
+    if isinstance(config, Setting):
+        return config, profile
+    return check_setting(trace, config, profile), profile
 
 
 def _timer(config, profile):
@@ -112,24 +106,29 @@ def _timer(config, profile):
 
 def build_residency(trace, config, profile, timer, pools, *, future=None, sequential=False, record=None,
                     staging=None, requests=()):
-    """The residency stage of ``config``: resident weights, or cache + prefetch policy + copy engine."""
+    """The residency stage of ``config``: resident weights, or cache + prefetch policy + copy engine.
+
+    Its policies are built new (``config`` a :class:`ReplayConfig` or its resolved :class:`Setting`).
+    """
     from simmoe.replay.caches import ExpertCache
     from simmoe.replay.residency import OffloadedExperts, ResidentWeights
 
     if profile.resident:
         return ResidentWeights(timer)
+    setting = resolve(config)
+    config = setting.config
     g = trace.geometry
     L, N = int(g.num_layers), int(g.num_experts)
     cache = None
     budget = config.cache_budget if config.cache_active else None
     slots = (int(config.slots) if budget is None else min(int(budget), N)) if config.cache_active else 0
     if config.cache_active:
-        policy = plugins.guarded("cache", config.cache, plugins.instantiate("cache", config.cache))
+        policy = setting.new_cache_policy()
         cache = ExpertCache(L, N, int(config.slots), policy, future=future, seed=config.seed, trace=trace,
                             requests=requests, budget=budget)
     prefetch = None
     if config.prefetch != "none":
-        prefetch = plugins.guarded("prefetch", config.prefetch, plugins.instantiate("prefetch", config.prefetch))
+        prefetch = setting.new_prefetch_policy()
         from simmoe.api import CacheShape
 
         prefetch.reset(CacheShape(L, N, slots, budget=budget, seed=config.seed, trace=trace, requests=requests))
@@ -137,98 +136,90 @@ def build_residency(trace, config, profile, timer, pools, *, future=None, sequen
                             record=record, staging=staging)
 
 
-def replay(trace, config: ReplayConfig, profile=None, *, plans: dict | None = None,
+def replay(trace, config: ReplayConfig | Setting, profile=None, *, plans: dict | None = None,
            progress: Callable[[int], None] | None = None, timeline: bool = False, paired: bool = False,
            staging: int | None = None) -> ReplayResult:
     """Replay ``trace`` under ``config``.  ``plans`` memoizes schedules across calls.
 
-    ``timeline``: record every event of the copy-engine model; ``paired``: with a
-    prefetch policy, also replay without it, for the time saved.
+    ``config``: a :class:`ReplayConfig` (resolved and checked here), or a
+    :class:`Setting` already checked on this trace and profile.  Every plugin
+    is built new for this replay.  ``timeline``: record every event of the
+    copy-engine model; ``paired``: with a prefetch policy, also replay without
+    it, for the time saved.
     """
-    config = config.validate()
-    if profile is None:
-        from simmoe.hardware.profile import load_profile
-
-        profile = load_profile(config.hardware)
-    check_setting(trace, config, profile)
+    setting, profile = _edge(trace, config, profile)
+    config = setting.config
     R = requests_of(trace, config)
-    if R == 0:
-        raise SimmoeError("the trace has no requests")
-    check_batch(config.batch, R)
     from simmoe.replay.pools import TracePools
     from simmoe.replay.route_prediction import RoutePredictor
-    from simmoe.replay.selection import selector_flags
     from simmoe.replay.verification import verdicts_for
 
     predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
     verdicts = verdicts_for(trace, float(config.temperature), config.draw_seed)
-    coupled = selector_flags(config.selector)["uses_residency"]
+    coupled = setting.uses_residency
     schedule = None
     t_plan = time.perf_counter()
     if not coupled:
-        schedule = _schedule(trace, config, profile, R, verdicts, predictor, plans, progress)
+        schedule = _schedule(trace, setting, profile, R, verdicts, predictor, plans, progress)
     plan_s = time.perf_counter() - t_plan
     t0 = time.perf_counter()
-    res = _run(trace, config, profile, R, schedule, verdicts, predictor, progress=progress, timeline=timeline,
+    res = _run(trace, setting, profile, R, schedule, verdicts, predictor, progress=progress, timeline=timeline,
                staging=staging, pools=TracePools(trace, predictor, verdicts))
     res.plan_wall_s = schedule.wall_s if schedule is not None else plan_s
     res.simulate_wall_s = time.perf_counter() - t0
     if paired and config.prefetch != "none":
-        base = _run(trace, replace(config, prefetch="none"), profile, R, schedule, verdicts, predictor,
+        base = _run(trace, setting.without_prefetch(), profile, R, schedule, verdicts, predictor,
                     pools=TracePools(trace, predictor, verdicts))
         res.baseline_decode_ms = float(np.sum(base.requests["decode_ms"]))
     return res
 
 
-def plan(trace, config: ReplayConfig, profile=None, *, progress: Callable[[int], None] | None = None) -> Schedule:
+def plan(trace, config: ReplayConfig | Setting, profile=None, *,
+         progress: Callable[[int], None] | None = None) -> Schedule:
     """The first five stages alone: the :class:`~simmoe.replay.schedule.Schedule` of ``config`` on ``trace``.
 
     Not for selectors that read residency (their schedule depends on the cache).
     """
     from simmoe.replay.route_prediction import RoutePredictor
-    from simmoe.replay.selection import selector_flags
     from simmoe.replay.verification import verdicts_for
 
-    config = config.validate()
+    setting = resolve(config)   # a plan depends on none of the residency settings: those are not checked
+    config = setting.config
     if profile is None:
         from simmoe.hardware.profile import load_profile
 
         profile = load_profile(config.hardware)
-    if selector_flags(config.selector)["uses_residency"]:
+    if setting.uses_residency:
         raise SimmoeError(f"selector {config.selector!r} selects from the cache: its schedule is made inside "
                           "the replay (replay(), not plan())")
     R = requests_of(trace, config)
     check_batch(config.batch, R)
     predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
     verdicts = verdicts_for(trace, float(config.temperature), config.draw_seed)
-    return _schedule(trace, config, profile, R, verdicts, predictor, None, progress)
+    return _schedule(trace, setting, profile, R, verdicts, predictor, None, progress)
 
 
-def simulate(trace, schedule: Schedule, config: ReplayConfig, profile=None, *, timeline: bool = False,
+def simulate(trace, schedule: Schedule, config: ReplayConfig | Setting, profile=None, *, timeline: bool = False,
              staging: int | None = None) -> ReplayResult:
     """The residency, timing and metrics stages over a recorded schedule (``config``'s cache, prefetch, timing)."""
     from simmoe.replay.pools import TracePools
     from simmoe.replay.route_prediction import RoutePredictor
 
-    config = config.validate()
-    if profile is None:
-        from simmoe.hardware.profile import load_profile
-
-        profile = load_profile(config.hardware)
-    check_setting(trace, config, profile)
+    setting, profile = _edge(trace, config, profile)
+    config = setting.config
     predictor = RoutePredictor(trace.geometry.num_experts, config.route_accuracy, config.seed)
     t0 = time.perf_counter()
-    res = _run(trace, config, profile, schedule.num_requests, schedule, None, predictor, timeline=timeline,
+    res = _run(trace, setting, profile, schedule.num_requests, schedule, None, predictor, timeline=timeline,
                staging=staging, pools=TracePools(trace, predictor, trace.node_agree))
     res.plan_wall_s, res.simulate_wall_s = schedule.wall_s, time.perf_counter() - t0
     return res
 
 
-def _schedule(trace, config, profile, R, verdicts, predictor, plans, progress) -> Schedule:
-    key = plan_key(config)
+def _schedule(trace, setting: Setting, profile, R, verdicts, predictor, plans, progress) -> Schedule:
+    key = plan_key(setting)
     schedule = plans.get(key) if plans is not None else None
     if schedule is None:
-        schedule = plan_stages(Stages(trace, config, profile, R, verdicts, predictor), progress=progress)
+        schedule = plan_stages(Stages(trace, setting.config, profile, R, verdicts, predictor), progress=progress)
         if plans is not None:
             plans[key] = schedule
     elif progress is not None:
@@ -236,16 +227,15 @@ def _schedule(trace, config, profile, R, verdicts, predictor, plans, progress) -
     return schedule
 
 
-def _run(trace, config, profile, R, schedule, verdicts, predictor, *, pools, progress=None, timeline=False,
-         staging=None, sequential=False) -> ReplayResult:
+def _run(trace, setting: Setting, profile, R, schedule, verdicts, predictor, *, pools, progress=None,
+         timeline=False, staging=None, sequential=False) -> ReplayResult:
     """Residency, timing and metrics over the schedule's events (or the live stages, for a coupled selector)."""
+    config = setting.config
     timer = _timer(config, profile)
     recorder = _Recorder() if timeline else None
     coupled = schedule is None
-    needs_future = config.cache_active and not profile.resident and getattr(
-        plugins.load("cache", config.cache), "needs_future", False)
-    future = list(schedule.demands(trace)) if needs_future and schedule is not None else None
-    residency = build_residency(trace, config, profile, timer, pools, future=future,
+    future = list(schedule.demands(trace)) if setting.offline_cache(profile) and schedule is not None else None
+    residency = build_residency(trace, setting, profile, timer, pools, future=future,
                                 sequential=coupled or sequential, record=recorder, staging=staging,
                                 requests=tuple(range(R)))
     live = None
@@ -376,10 +366,10 @@ class _Records:
 def _replay_group(jobs: list, progress=None, **kw) -> list[ReplayResult]:
     trace, profiles = shared()
     plans: dict = {}
-    return [replay(trace, cfg, profiles[cfg.hardware], plans=plans, progress=progress, **kw) for cfg in jobs]
+    return [replay(trace, s, profiles[s.config.hardware], plans=plans, progress=progress, **kw) for s in jobs]
 
 
-def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None, *, workers: int = 1,
+def replay_all(trace, configs: list[ReplayConfig] | list[Setting], profiles: dict | None = None, *, workers: int = 1,
                on_done: Callable[[list[ReplayResult]], None] | None = None,
                progress: Callable[[int], None] | None = None, timeline: bool = False,
                paired: bool = False) -> list[ReplayResult]:
@@ -394,26 +384,23 @@ def replay_all(trace, configs: list[ReplayConfig], profiles: dict | None = None,
     tokens as they are replayed (in this process only: forked workers report
     through ``on_done``).
     """
-    from simmoe.replay.selection import make_selector, selector_context, selector_flags
-
-    configs = [c.validate() for c in configs]
+    settings = [resolve(c) for c in configs]
     if profiles is None:
         from simmoe.hardware.profile import load_profile
 
         profiles = {}
-        for c in configs:
-            if c.hardware not in profiles:
-                profiles[c.hardware] = load_profile(c.hardware)
-    for cfg in configs:  # a profile without the selector's cost model, or a setting with no meaning, fails here
-        check_setting(trace, cfg, profiles[cfg.hardware])
-        check_batch(cfg.batch, requests_of(trace, cfg))
-        make_selector(cfg.selector, selector_context(trace, profiles[cfg.hardware], cfg, cfg.batch))
+        for s in settings:
+            if s.config.hardware not in profiles:
+                profiles[s.config.hardware] = load_profile(s.config.hardware)
+    for s in settings:  # a profile without the selector's cost model, or a setting with no meaning, fails here
+        check_setting(trace, s, profiles[s.config.hardware])
     groups: dict[tuple, list[int]] = {}
-    for i, cfg in enumerate(configs):
-        key = ("coupled", i) if selector_flags(cfg.selector)["uses_residency"] else (cfg.hardware, plan_key(cfg))
+    for i, s in enumerate(settings):
+        key = ("coupled", i) if s.uses_residency else (s.config.hardware, plan_key(s))
         groups.setdefault(key, []).append(i)
     # the exact searches are the slow plans: start them first
-    order = sorted(groups.values(), key=lambda ix: not selector_flags(configs[ix[0]].selector)["uses_cost"])
+    order = sorted(groups.values(), key=lambda ix: not settings[ix[0]].uses_cost)
     run = partial(_replay_group, timeline=timeline, paired=paired)
-    return run_groups(order, configs, run, trace=trace, profiles=profiles, workers=workers,
+    # a worker receives each setting as its configuration and resolves it there (Setting.__reduce__)
+    return run_groups(order, settings, run, trace=trace, profiles=profiles, workers=workers,
                       on_done=on_done, progress=progress)
