@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from simmoe.errors import TraceError
-from simmoe.trace.importer_common import RouteColumns, check_layers, first_null, integers
+from simmoe.trace.importer_common import GeometryMismatch, RouteColumns, check_layers, first_null, integers
 from simmoe.trace.importer_records import expert_lists, read_text
 
 # Names of the per-token arrays the routes are handed on with (simmoe.trace.importer_arrays).
@@ -187,6 +187,12 @@ def tokens_from_cells(cells: Cells, src: str, field: str, *, moe_layers: tuple[i
                       num_layers: int | None) -> ToolLog:
     """Dense routes, requests and phases from the cells (rules in the module docstring)."""
     ids, lidx, L, note = _layer_index(cells.layer, moe_layers, num_layers, src)
+    absent = np.setdiff1d(np.arange(L), lidx)
+    if len(absent):  # only with a given L: a whole layer missing means another model's log
+        raise GeometryMismatch(
+            f"no record of layer {ids[absent[0]]}" + (f" (nor of {len(absent) - 1} more)" if len(absent) > 1
+                                                      else "") + f": the log has {L - len(absent)} of the "
+            f"{L} layers", path=src, field=field)
     F = int(cells.forward.max()) + 1
     key = cells.forward * L + lidx
     order = np.lexsort((cells.row, key))
@@ -231,7 +237,7 @@ def _layer_index(layer: np.ndarray, moe_layers: tuple[int, ...], num_layers: int
     check_layers(len(ids), f"{len(ids)} distinct layers", src, None)
     if moe_layers and np.isin(ids, moe_layers).all() and not np.array_equal(ids, np.arange(len(ids))):
         pos = np.array(moe_layers)
-        return pos, np.searchsorted(pos, layer), len(pos), f"layer ids read as the model's MoE layers {list(pos)}"
+        return pos, np.searchsorted(pos, layer), len(pos), f"layer ids read as the model's MoE layers {pos.tolist()}"
     if num_layers is not None and ids[-1] < num_layers:
         return np.arange(num_layers), layer, num_layers, ""
     note = "" if np.array_equal(ids, np.arange(len(ids))) else (

@@ -144,3 +144,20 @@ def check_trace(trace, truth, names=None):
         for cell in prompt:
             union[np.arange(L)[:, None], cell] = True
         assert np.array_equal(trace.requests.prefill_union[r], union)
+
+
+def refused(tmp_path, capsys, argv, *fragments):
+    """``simmoe import-routes ARGV`` fails with one line holding every fragment, exit 2, and leaves
+    ``tmp_path`` as it was (no trace, no temporary file)."""
+    from simmoe.cli import main
+
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main(["import-routes", *map(str, argv)])
+    _out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1 and lines[0].startswith("simmoe import-routes: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    return lines[0]
