@@ -12,6 +12,8 @@ The searches (:mod:`solvers.exact`, :mod:`solvers.lagrangian`) and the MILP
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 
 from solvers.cost import CostModel, Selection, canonical_terms
@@ -21,7 +23,8 @@ from solvers.pool import Pool
 __all__ = ["REL_TOL", "BRANCH_AND_BOUND", "CLOSURE_SEARCH", "MILP", "CPSAT", "UNIFORM",
            "SearchView", "search_view",
            "prefix_view", "canonical", "beats", "prefix_start", "prefix_incumbent",
-           "first_incumbent", "selection", "check_lam", "SearchState", "Late"]
+           "first_incumbent", "selection", "check_lam", "SearchState", "Late", "preload",
+           "import_seconds"]
 
 #: relative margin of every pruning test: rounding in a bound never loses a tie
 REL_TOL = 1e-9
@@ -192,9 +195,45 @@ class Late(Exception):
 #: seconds per unit of work of the steps that cannot look at the clock midway (a flow,
 #: the cover of a pool, ...), learned from the steps timed so far in this process, and
 #: the fixed part of each step in the same units
-_RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8, "milp": 3e-6}
+_RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8, "milp": 3e-6,
+          "model": 2e-6, "cpsat": 1e-5}
 _FIXED = {"cover": 20_000.0, "flow": 1_000.0, "trim": 10_000.0, "dominance": 20_000.0,
-          "milp": 1_000.0}
+          "milp": 1_000.0, "model": 1_000.0, "cpsat": 1_000.0}
+
+#: seconds by which a solver that looks at its own clock (HiGHS, CP-SAT) overran the time
+#: it was given lately, learned in this process: it is then given that much less
+_LATE = {"milp": 0.01, "cpsat": 0.01}
+
+#: the module a kind of step needs, imported on its first use in a process (not at
+#: ``import solvers``: a replay must not pay it), and the time a time-limited selection
+#: reserves for that import, in seconds.  An import reads files and may wait on the disk
+#: or the CPU: on the 2-CPU machine OR-Tools' max flow took 35-45 ms, and 176 ms under a
+#: load of 10; scipy.optimize 0.4-0.9 s; OR-Tools' CP-SAT 0.5 s.  A step whose import
+#: would end past the deadline is not started (:meth:`SearchState.affords`): limits
+#: shorter than these skip the step unless :func:`preload` ran.
+_IMPORTS = {"flow": ("ortools.graph.python.max_flow", 0.3),
+            "milp": ("scipy.optimize", 1.5),
+            "cpsat": ("ortools.sat.python.cp_model", 1.0)}
+
+
+def import_seconds(kind: str) -> float:
+    """The predicted time of the import that a step of ``kind`` still needs (0 once done)."""
+    need = _IMPORTS.get(kind)
+    return 0.0 if need is None or need[0] in sys.modules else need[1]
+
+
+def _import_for(kind: str) -> None:
+    need = _IMPORTS.get(kind)
+    if need is not None and need[0] not in sys.modules:
+        importlib.import_module(need[0])
+
+
+def preload() -> None:
+    """Import now what the exact methods import on first use (OR-Tools' max flow and CP-SAT,
+    scipy.optimize: about 1 s in all), so that a time-limited selection later need not skip
+    a method for want of time to import it.  Call it before the clock matters."""
+    for kind in _IMPORTS:
+        _import_for(kind)
 
 
 class SearchState:
@@ -259,10 +298,26 @@ class SearchState:
         if end is None:
             return True
         rate = _RATES[kind]
-        if time.perf_counter() + rate * (units + _FIXED[kind]) <= end:
+        if time.perf_counter() + rate * (units + _FIXED[kind]) + import_seconds(kind) <= end:
             return True
         _RATES[kind] = 0.99 * rate      # one slow step must not refuse all later ones
         return False
+
+    def give(self, kind: str, until: float | None = None) -> float | None:
+        """Seconds to give a solver of ``kind`` that keeps its own time limit: what is left
+        before the deadline (and ``until``) less its recent overrun (None without either)."""
+        end = self.deadline if until is None else (
+            until if self.deadline is None else min(until, self.deadline))
+        return None if end is None else end - time.perf_counter() - _LATE[kind]
+
+    def overran(self, kind: str, given: float, took: float) -> None:
+        """Record how long a solver of ``kind`` took when it stopped at a limit of ``given``."""
+        _LATE[kind] = max(took - given, 0.8 * _LATE[kind], 1e-3)
+
+    def ready(self, kind: str) -> None:
+        """Import what a step of ``kind`` needs (after :meth:`affords` said it fits), outside
+        the step's own timing: a first import must not teach the rate a 100-fold cost."""
+        _import_for(kind)
 
     def learn(self, kind: str, units: float, seconds: float) -> None:
         """Record the time of a step of ``units`` work."""
@@ -276,6 +331,11 @@ class SearchState:
         if not self.affords(kind, units):
             self.stopped = True
             raise Late
+        if import_seconds(kind):
+            self.ready(kind)
+            if not self.affords(kind, units):   # the import took longer than reserved
+                self.stopped = True
+                raise Late
         t0 = time.perf_counter()
         out = fn(*args)
         self.learn(kind, units, time.perf_counter() - t0)

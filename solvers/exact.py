@@ -140,7 +140,7 @@ def _exact(pool: Pool, K: int, cost: CostModel, lam: float | None, start: Select
         inc = first_incumbent(pool, K, cost, lam, start, view)
     if K > 0 and pool.n > 0:
         try:
-            _search(pool, K, cost, lam, view, inc, _FAST_WORK)
+            _search(pool, K, cost, lam, view, inc, _FAST_WORK, deadline)
         except _OutOfBudget:
             if _UNIFORM and is_uniform(pool):
                 return selection(cost, uniform_best(pool, K, cost, lam), UNIFORM)
@@ -154,8 +154,17 @@ def _portfolio(st: SearchState) -> Selection:
     had so far (at least ``_MILP_SECONDS``), until one of them finishes (or the deadline)."""
     cost = st.cost
     prep = prepare(st)
-    if prep is None:        # the deadline came before the first flow
-        return _stopped(st, credit_upper(st), CLOSURE_SEARCH)
+    if prep is None:
+        # the deadline came, or comes before a flow (or the import it needs) could end:
+        # today's search, which needs neither, until then
+        if not st.expired():
+            try:
+                _search(st.pool, st.K, cost, st.lam, search_view(st.pool), st.inc,
+                        deadline=st.deadline)
+                return selection(cost, st.inc, BRANCH_AND_BOUND)
+            except _OutOfBudget:
+                pass
+        return _stopped(st, credit_upper(st), BRANCH_AND_BOUND)
     budget, searched, use_milp = _SEARCH_STATES, 0.0, True
     while True:
         st.resume(budget if use_milp else None)
@@ -180,7 +189,7 @@ def _portfolio(st: SearchState) -> Selection:
             if method == MILP:
                 outcome, bound = milp_finish(st, sub, ids, seconds)
             elif classes <= _CPSAT_CLASSES:
-                outcome, bound = _cpsat(st, sub, ids, math.inf if small else seconds)
+                outcome, bound = _cpsat(st, sub, ids, classes, math.inf if small else seconds)
             if outcome != "gave up" or st.expired():
                 break
         if outcome == "exact":
@@ -191,13 +200,16 @@ def _portfolio(st: SearchState) -> Selection:
         budget = 4 * budget + 64
 
 
-def _cpsat(st: SearchState, sub: Pool, ids: list[int],
+def _cpsat(st: SearchState, sub: Pool, ids: list[int], classes: int,
            seconds: float) -> tuple[str, float | None]:
     """:func:`solvers.cpsat.finish_exact` on ``sub`` (ids: the pool's ids of its nodes) for at
     most ``seconds``; ("gave up", None) when ``sub`` does not hold the incumbent."""
     local = {v: i for i, v in enumerate(ids)}
     if not all(v in local for v in st.inc[3]):
         return "gave up", None
+    if not st.affords("cpsat", classes + sub.n):
+        return "stopped", None      # its first import or model would end past the deadline
+    st.ready("cpsat")
     from solvers.cpsat import finish_exact  # OR-Tools' CP-SAT: a slow first import
 
     def offer(nodes: tuple[int, ...]) -> bool:
@@ -207,11 +219,15 @@ def _cpsat(st: SearchState, sub: Pool, ids: list[int],
         score, r, f, nodes = st.inc
         return [score, r, f, tuple(local[v] for v in nodes)]
 
-    deadline: float | None = None if math.isinf(seconds) else time.perf_counter() + seconds
-    if st.deadline is not None:
-        deadline = st.deadline if deadline is None else min(deadline, st.deadline)
+    t0 = time.perf_counter()
+    # CP-SAT keeps its own limit: it gets what is left less its recent overrun
+    give = st.give("cpsat", None if math.isinf(seconds) else t0 + seconds)
+    if give is not None and give < 1e-3:
+        return "stopped", None
     outcome, bound = finish_exact(sub, min(st.K, sub.n), st.cost, st.lam, offer, incumbent,
-                                  deadline)
+                                  None if give is None else t0 + give)
+    if outcome == "stopped" and give is not None:
+        st.overran("cpsat", give, time.perf_counter() - t0)
     return outcome, None if bound is None else max(bound, st.inc[0])
 
 
@@ -257,23 +273,24 @@ def _sorted_gain(a: list[float], j: int, s: int, room: int, lam: float, b) -> fl
 
 
 def _search(pool: Pool, K: int, cost: CostModel, lam: float | None, view: SearchView,
-            inc: list, budget: int = sys.maxsize) -> None:
+            inc: list, budget: int = sys.maxsize, deadline: float | None = None) -> None:
     """Depth-first branch and bound from the incumbent ``inc`` (updated in place).
 
     ``budget``: raise :class:`_OutOfBudget` once the work (one unit per search state,
-    plus (ids sorted)/8 per sorted bound) exceeds it; ``inc`` then holds the best
+    plus (ids sorted)/8 per sorted bound) exceeds it, or (every 16 units) the clock
+    ``deadline`` (a ``time.perf_counter()`` instant); ``inc`` then holds the best
     set found so far.  Both modes test extensions against R̂ − λT̂ >= target: for the
     ratio, λ is the incumbent ratio ρ* and the target 0; for the linear objective, λ
     is fixed and the target is the incumbent's value.
     """
-    visit, (subpos, subcnt) = _make_visit(pool, K, cost, lam, view, inc, budget)
+    visit, (subpos, subcnt) = _make_visit(pool, K, cost, lam, view, inc, budget, deadline)
     roots = view.roots
     visit(list(roots), 0, 1.0, 0, pool.root_count, sum([subpos[v] for v in roots]),
           sum([subcnt[v] for v in roots]))
 
 
 def _make_visit(pool: Pool, K: int, cost: CostModel, lam: float | None, view: SearchView,
-                inc: list, budget: int):
+                inc: list, budget: int, deadline: float | None = None):
     n, probs, masks, children, credit = pool.n, pool.probs, pool.masks, view.children, view.credit
     b, beta, F0, ratio_mode = cost.b, cost.beta, pool.root_count, lam is None
     bmin = _smallest_intercepts(b, K)
@@ -281,6 +298,7 @@ def _make_visit(pool: Pool, K: int, cost: CostModel, lam: float | None, view: Se
     # the bound's data for the current λ (module docstring)
     lam_now: float = inc[0] if lam is None else lam
     lam_beta, target, work = lam_now * beta, 0.0 if ratio_mode else inc[0], 0
+    check = budget if deadline is None else min(budget, 16)     # the next look
     a, subpos, subcnt = _credit_values(pool, credit, lam_beta)
     gains: dict = {}
 
@@ -291,10 +309,13 @@ def _make_visit(pool: Pool, K: int, cost: CostModel, lam: float | None, view: Se
         # An extension X of S reaches the target only if
         #   R̂(S) − λβF(S) + Σ_{v∈X} a_v − λ·b[|S|+|X|] >= target,
         # bounded by ps − λ·bmin[|S|] (and by the sorted suffix when pc > K − |S|).
-        nonlocal lam_now, lam_beta, target, work, a, subpos, subcnt, gains
+        nonlocal lam_now, lam_beta, target, work, check, a, subpos, subcnt, gains
         work += 1
-        if work > budget:
-            raise _OutOfBudget
+        if work > check:
+            # one comparison per state, for the budget and the clock alike
+            if work > budget or time.perf_counter() > deadline:   # type: ignore[operator]
+                raise _OutOfBudget
+            check = min(budget, work + 16)
         s1, b1, room, last = s + 1, b[s + 1], K - s, len(frontier) - 1
         # floor: the target less the rounding margin; base: what S contributes
         floor = target - _REL_TOL * (1.0 + r + abs(target))

@@ -21,7 +21,8 @@ from solvers.cost import CostModel
 from solvers.pool import Pool
 
 __all__ = ["random_tree_shape", "random_routes", "random_pool_arrays", "paper_shaped_pool",
-           "FAMILIES", "family_pool", "family_cost", "bf16"]
+           "FAMILIES", "HELD_OUT", "family_pool", "family_cost", "bf16", "topological_relabel",
+           "eagle_correlated_arrays"]
 
 
 def random_tree_shape(rng: np.random.Generator, nodes: int = 18, depth: int = 5,
@@ -92,6 +93,10 @@ def paper_shaped_pool(rng: np.random.Generator, nodes: int = 18, depth: int = 5,
 FAMILIES = ("offload", "resident", "resident-loose", "identical-siblings", "flat-distinct",
             "flat-shared", "bf16", "wide-star")
 
+#: families kept out of ``FAMILIES`` (the solvers were not tuned on them): EAGLE-shaped
+#: pools with correlated routes, relabelled, bf16, a convex resident cost (:func:`family_pool`)
+HELD_OUT = ("eagle-correlated",)
+
 _APP_B = (142.214, 147.532, 150.522, 152.269, 152.743, 163.204, 155.175, 156.068)
 
 
@@ -99,14 +104,17 @@ def family_cost(family: str, K: int) -> CostModel:
     """The cost of a family (:data:`FAMILIES`): ``offload``, SpecFit App. B (A100 with
     cache, b_j = b_7 + 2(j − 7) ms beyond 7); ``resident-loose``, b_j = 142 + 0.25 j ms and
     β = 0.01 ms (K = 32 does not bind on most pools); every other family the resident
-    cost b_j = 142 + 0.5 j ms, β = 0.02 ms."""
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    cost b_j = 142 + 0.5 j ms, β = 0.02 ms; ``eagle-correlated`` (held out), the convex
+    resident cost b_j = 100 + 0.4 j + 0.006 j² ms, β = 0.01 ms, where K = 32 does not bind."""
+    if family not in FAMILIES + HELD_OUT:
+        raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES + HELD_OUT)}")
     if family == "offload":
         b = list(_APP_B) + [_APP_B[-1] + 2.0 * (j - 7) for j in range(8, K + 1)]
         return CostModel(b[:K + 1], 0.210715513)
     if family == "resident-loose":
         return CostModel([142.0 + 0.25 * j for j in range(K + 1)], 0.01)
+    if family == "eagle-correlated":
+        return CostModel([100.0 + 0.4 * j + 0.006 * j * j for j in range(K + 1)], 0.01)
     return CostModel([142.0 + 0.5 * j for j in range(K + 1)], 0.02)
 
 
@@ -130,9 +138,16 @@ def family_pool(rng: np.random.Generator, family: str, nodes: int = 200) -> Pool
       every node routes to 8 experts per layer that no other node, nor the root, uses
       (8·(n + 1) experts per layer): every subtree of a size ties;
     * ``flat-shared``: one probability, every node routes to the root's experts;
-    * ``wide-star``: ``nodes`` children of the root, one probability, overlap 0.6.
+    * ``wide-star``: ``nodes`` children of the root, one probability, overlap 0.6;
+    * ``eagle-correlated`` (:data:`HELD_OUT`): that tree with correlated routes (a node
+      keeps each of its parent's experts with probability o, o ~ U(0.6, 0.9) per pool: a
+      draft path shares most of its parent's experts), bf16-rounded probabilities, and the
+      nodes relabelled in a random topological order (parents still first; levels
+      interleave).
     """
     family_cost(family, 0)              # validates the name
+    if family == "eagle-correlated":
+        return Pool.from_routes(*eagle_correlated_arrays(rng, nodes))
     if family == "wide-star":
         parents = np.full(nodes, -1, dtype=np.int64)
     else:
@@ -175,3 +190,35 @@ def _twins(rng: np.random.Generator, parents: np.ndarray, probs: np.ndarray,
     for v, a in enumerate(par):
         out[v] = q[v] * (1.0 if a < 0 else out[a])
     return out, routes
+
+
+def topological_relabel(rng: np.random.Generator, parents) -> np.ndarray:
+    """A uniformly drawn node among those whose parent is placed, repeatedly: ``order[i]`` is
+    the old id of new node i (parents keep coming before their children)."""
+    par = np.asarray(parents, dtype=np.int64)
+    kids: list[list[int]] = [[] for _ in range(par.size)]
+    ready: list[int] = []
+    for v, a in enumerate(par.tolist()):
+        (ready if a < 0 else kids[a]).append(v)
+    order = []
+    while ready:
+        v = ready.pop(int(rng.integers(len(ready))))
+        order.append(v)
+        ready += kids[v]
+    return np.asarray(order, dtype=np.int64)
+
+
+def eagle_correlated_arrays(rng: np.random.Generator, nodes: int = 200, L: int = 48,
+                            N: int = 128, k: int = 8):
+    """The ``from_routes`` arguments of an ``eagle-correlated`` pool (:func:`family_pool`):
+    top-8 expansion, depth 4; each node keeps each of its parent's experts with probability
+    o ~ U(0.6, 0.9) (one o per pool); bf16-rounded path probabilities; the nodes
+    relabelled in a random topological order."""
+    parents, probs = random_tree_shape(rng, nodes, 4, 8)
+    root, routes = random_routes(rng, parents, L, N, k, rng.uniform(0.6, 0.9))
+    order = topological_relabel(rng, parents)
+    new = np.empty_like(order)
+    new[order] = np.arange(order.size)
+    old_par = parents[order]
+    relabelled = np.where(old_par < 0, -1, new[np.maximum(old_par, 0)])
+    return relabelled.tolist(), bf16(probs[order]).tolist(), root, routes[order], N
