@@ -128,7 +128,10 @@ def _tool(src: str, fmt: str, columns: RouteColumns, report: ImportReport, geome
         if fmt == "llama-csv":
             cells, field = forwards.llama_csv(src, geometry["top_k"])
         elif fmt == "llama-moe-trace":
-            cells, field, _k = forwards.llama_moe_trace(src, geometry["top_k"])
+            cells, field, k = forwards.llama_moe_trace(src, geometry["top_k"])
+            if k:
+                report.inferred.append(f"top_k={k} (the shortest run of one layer's rows; pass --top-k "
+                                       f"when the log has no decode step)")
         else:
             cells, field, notes = forwards.megatron(src)
         log = forwards.tokens_from_cells(cells, src, field, moe_layers=tuple(moe_layers),

@@ -82,7 +82,8 @@ def llama_csv(src: str, top_k: int | None) -> tuple[Cells, str]:
 
 def llama_moe_trace(src: str, top_k: int | None) -> tuple[Cells, str, int]:
     """llama.cpp's ``llama-moe-trace``: one ``layer,expert`` row per routed expert (a header line
-    optional), each token's k experts on consecutive rows; k is ``top_k`` or the shortest run."""
+    optional), each token's k experts on consecutive rows; k is ``top_k`` or the shortest run
+    (returned, 0 when given)."""
     import pyarrow.csv as pcsv
 
     names = ["layer", "expert"]
@@ -108,7 +109,7 @@ def llama_moe_trace(src: str, top_k: int | None) -> tuple[Cells, str, int]:
         )
     # Runs are whole multiples of k, so groups of k rows never straddle two layers or forwards.
     cells = _cells_from_runs(layer[::k], expert.reshape(-1, k), np.arange(0, len(layer), k), src, "layer")
-    return cells, "expert", k
+    return cells, "expert", (0 if top_k is not None else k)
 
 
 def _cells_from_runs(layer, experts, record, src: str, name: str) -> Cells:
@@ -172,12 +173,35 @@ def megatron(src: str) -> tuple[Cells, str, list[str]]:
         raise TraceError(f"field has type {col.type}, expected [num_tokens][topk] lists of ids",
                          path=src, field="top_indices")
     n = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
-    experts, _k = expert_lists(pa.chunked_array([col.flatten()]), "top_indices", None, src)
     rec_of_row = np.repeat(np.arange(len(rec)), n)
+    experts = _token_lists(col.flatten(), rec[rec_of_row], src)
     row = np.arange(len(rec_of_row)) - np.repeat(np.cumsum(n) - n, n)
     _, forward = np.unique(step, return_inverse=True)  # steps ascending, as the tracer counts them
     cells = Cells(forward[rec_of_row], layer[rec_of_row], row, experts, rec[rec_of_row], "step")
     return cells, "top_indices", notes
+
+
+def _token_lists(inner: pa.Array, record: np.ndarray, src: str) -> np.ndarray:
+    """``[tokens, k]`` ids from the tokens' lists (errors name the record of the token)."""
+    name = "top_indices"
+    if not (pa.types.is_list(inner.type) and pa.types.is_integer(inner.type.value_type)):
+        raise TraceError(f"field has type list<{inner.type}>, expected [num_tokens][topk] lists of "
+                         f"integer ids", path=src, field=name)
+    if inner.null_count:
+        raise TraceError("missing list of ids", path=src, row=int(record[first_null(inner)]), field=name)
+    lengths = pc.list_value_length(inner).to_numpy(zero_copy_only=False)
+    k = int(lengths[0]) if len(lengths) else 0
+    bad = np.flatnonzero(lengths != k)
+    if len(bad):
+        raise TraceError(f"a token lists {int(lengths[bad[0]])} experts, the first {k}", path=src,
+                         row=int(record[bad[0]]), field=name)
+    values = inner.flatten()
+    if values.null_count:
+        raise TraceError("missing expert id", path=src, row=int(record[first_null(values) // max(k, 1)]),
+                         field=name)
+    if k == 0:
+        raise TraceError("tokens list no experts", path=src, row=int(record[0]), field=name)
+    return values.to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, k)
 
 
 # -------------------------------------------------------------- tokens ---
@@ -224,7 +248,7 @@ def tokens_from_cells(cells: Cells, src: str, field: str, *, moe_layers: tuple[i
              else np.array([f"{stem}-{i}" for i in range(int(req_of_forward[-1]) + 1)]))
     notes = [note] if note else []
     notes.append(f"{F} {cells.what}s; one token: decode (output), several: prompt; a prompt after "
-                 f"a decode step starts the next request ({len(names)} requests)")
+                 f"a decode step starts the next request ({len(names)} request{'s' * (len(names) > 1)})")
     arrays = {field: routes, REQUEST: np.repeat(names[req_of_forward], n),
               PHASE: np.repeat(~single, n)}
     return ToolLog(arrays, RouteColumns(experts=field, request=REQUEST, prefill=PHASE), notes,

@@ -62,7 +62,7 @@ def warp(src: str, columns: RouteColumns) -> ToolLog:
         arrays[REQUEST] = np.array([stem] if req[-1] == 0 else [f"{stem}-{i}" for i in range(req[-1] + 1)],
                                    dtype=object)[req]
         cols["request"], derived = REQUEST, ("request",)
-        notes.append(f"requests delimited where tok does not rise ({req[-1] + 1} requests)")
+        notes.append(f"requests delimited where tok does not rise ({_count(req[-1] + 1, 'request')})")
     return ToolLog(arrays, RouteColumns(**cols), notes, derived)
 
 
@@ -80,9 +80,18 @@ def vllm(src: str, fmt: str) -> ToolLog:
         parts = _vllm_arrays(src, fmt)
     else:
         parts = _vllm_json(src)
-    if not parts:
+    kept = [p for p in parts if p[2] is not None]
+    if not kept:
         raise TraceError(f"no {VLLM_OUT} found (a request preempted by vLLM returns none)", path=src)
-    return _assemble(parts, src)
+    log = _assemble(kept, src)
+    if len(kept) < len(parts):
+        log.notes.append(f"{_count(len(parts) - len(kept), 'completion')} without {VLLM_OUT} left out "
+                         f"(vLLM returns none for a preempted request)")
+    return log
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _assemble(parts: list[tuple[str, np.ndarray | None, np.ndarray]], src: str) -> ToolLog:
@@ -105,7 +114,7 @@ def _assemble(parts: list[tuple[str, np.ndarray | None, np.ndarray]], src: str) 
         raise TraceError(f"every {VLLM_OUT} array is empty", path=src, field=VLLM_OUT)
     arrays = {VLLM_OUT: np.concatenate(routes), REQUEST: np.array(req, dtype=object),
               PHASE: np.concatenate(phase)}
-    notes = [f"{len(parts)} requests; rows are each request's prompt tokens, then its output tokens"]
+    notes = [f"{_count(len(parts), 'request')}; rows are each request's prompt tokens, then its output tokens"]
     return ToolLog(arrays, RouteColumns(experts=VLLM_OUT, request=REQUEST, prefill=PHASE), notes,
                    derived=("request", "prefill"))
 
@@ -148,7 +157,7 @@ def _vllm_json(src: str) -> list:
                     raise TraceError(f"line {number} is not a JSON response: {exc}", path=src) from None
     if len(docs) == 1 and isinstance(docs[0], list):
         docs = docs[0]
-    parts = []
+    parts: list = []
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict):
             raise TraceError(f"response {i} is a JSON {type(doc).__name__}, not an object", path=src)
@@ -158,8 +167,7 @@ def _vllm_json(src: str) -> list:
         for j, choice in enumerate(choices if isinstance(choices, list) else []):
             name = rid if len(choices) == 1 else f"{rid}-{choice.get('index', j)}"
             out = _routes(choice.get(VLLM_OUT), src, f"response {name!r}", VLLM_OUT)
-            if out is not None:
-                parts.append((name, prompt, out))
+            parts.append((name, prompt, out))
     return parts
 
 
