@@ -242,17 +242,24 @@ class CachePolicy(Protocol):
     resident ∪ demand of largest :meth:`scores` within the capacity.  A score
     of ``-inf`` (float scores) means "never keep"; ties go to the smaller
     expert id.  Prefetched experts arriving between forwards are reported to
-    :meth:`inserted` if the policy defines it (default: nothing), and displace
-    the lowest-ranked experts that are not themselves unused prefetches.
+    ``inserted(pairs)`` (flat ids ``ℓ·N + e``, int64, in arrival order) if
+    the policy defines it (default: nothing), and displace the lowest-ranked
+    experts that are not themselves unused prefetches.
 
     Policies are built with no arguments; :meth:`reset` is called once before
     the replay (the cache starts empty, SpecFit App. B).  Optional class
     attribute ``needs_future`` (False): the policy reads ``shape.future``.
     Optional classmethod ``check(shape)``: called before any work with the
     replay's shape (no ``future``); it raises :class:`simmoe.errors.SimmoeError`
-    to refuse a replay it cannot serve (one line, exit 2).
-    Scores must be an array [L, N] of integers or floats; the engine never
-    writes to it.
+    to refuse a replay it cannot serve (one line, exit 2); any other exception
+    it raises is reported as one line naming the policy, exit 2.
+
+    :meth:`scores` returns a real numeric array of shape [L, N] (bool, integer
+    or float dtype; a nested list of numbers is read as one), indexed
+    ``[layer, expert]`` with local expert ids; float scores are finite or
+    ``-inf``.  The engine refuses anything else — another shape, strings,
+    complex or object dtype, NaN, ``+inf`` — in one line naming the policy
+    (exit 2), and never writes to the array.
     """
 
     name: ClassVar[str]
@@ -294,12 +301,14 @@ class PrefetchStep:
 class PrefetchJobs:
     """Copies a policy asks for in the drafting window, in queue order.
 
-    ``pairs``: flat expert indices ``ℓ·N + e``; ``levels``: per pair, the draft
-    level after which it may start (0: when the step begins).  The copy engine
-    drops pairs already available or queued, pairs beyond their layer's free
-    slots, and pairs of levels the drafter did not draft; the rest start on
-    the copy engine's lanes, after any demand copy, until the verification
-    forward begins.
+    ``pairs``: **flat** expert ids ``ℓ·N + e`` (layer ℓ, local expert e), each
+    an integer in [0, L·N); ``levels``: per pair (the same length), the draft
+    level after which it may start, an integer >= 0 (0: when the step begins).
+    Integer arrays or sequences of ints; floats, bools and anything else are
+    refused, not rounded.  The copy engine drops pairs already available or
+    queued, repeats, pairs beyond their layer's free slots, and pairs of
+    levels the drafter did not draft; the rest start on the copy engine's
+    lanes, after any demand copy, until the verification forward begins.
     """
 
     pairs: IntArray
@@ -313,10 +322,20 @@ class PrefetchPolicy(Protocol):
     Two windows, each optional (return None to leave it unused):
 
     * :meth:`drafting` — at the start of a step, while the drafter drafts and
-      the selector selects: a :class:`PrefetchJobs` queue;
-    * :meth:`layers` — once the step's selection is known: per layer ℓ, the
+      the selector selects: a :class:`PrefetchJobs` queue (exactly that class;
+      a list or tuple is refused), of **flat** ids ``ℓ·N + e``;
+    * :meth:`layers` — once the step's selection is known: a sequence of
+      exactly L sequences (lists, tuples or 1-D integer arrays), entry ℓ the
       experts of layer ℓ to copy while layer ℓ − 1 runs (queued at layer
-      ℓ − 1's router, started until layer ℓ's).
+      ℓ − 1's router, started until layer ℓ's), as **local** ids e in
+      [0, N), in queue order.  Entry 0 is never used (no layer runs before
+      layer 0); repeats and experts already available are skipped.
+
+    The engine checks every output of a policy that is not simmoe's own and
+    refuses, in one line naming the policy (exit 2), what breaks these rules:
+    ids out of range or negative, float or bool ids, negative levels, pairs
+    and levels of different lengths, ``layers()`` of the wrong length or
+    holding ints instead of sequences.
 
     Policies are built with no arguments; :meth:`reset` is called with the
     cache's :class:`CacheShape` before the replay, :meth:`observe` (optional)

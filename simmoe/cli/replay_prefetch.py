@@ -47,7 +47,9 @@ class PrefetchRun:
     columns: tuple = PREFETCH_COLUMNS
 
     def finish(self, configs, out, meta: dict) -> None:
-        """Write the timeline (every selector's replay, the baseline left out)."""
+        """Say why the time saved is null without its baseline; write the timeline (the baseline left out)."""
+        if self.policy != "none" and not self.paired:
+            meta["time_saved"] = "not computed (--no-time-saved): saved_ms_per_token and saved_pct are null"
         if self.timeline is None:
             return
         from simmoe.replay.timeline import write_timeline

@@ -46,6 +46,9 @@ from simmoe.api import CacheShape, ForwardEvent
 from simmoe.errors import CheckFailed, SimmoeError
 
 POLICIES = ("none", "lru", "lfu", "belady", "static")
+# the modules of simmoe's own cache policies (module docstring of simmoe.replay.cache_policies)
+OWN_POLICY_MODULES = frozenset({"simmoe.replay.cache_policies", "simmoe.replay.cache_policies_papers",
+                                "simmoe.replay.cache_learned"})
 _LOWEST = np.iinfo(np.int64).min
 _HIGHEST = np.iinfo(np.int64).max
 
@@ -74,7 +77,10 @@ class ExpertCache:
         self.slots: int = min(int(slots) if budget is None else self._E, self.num_experts)
         self.policy = policy
         self.name = getattr(policy, "name", "none")
-        self._unique = bool(getattr(policy, "unique_scores", False))
+        # simmoe's own policies return valid scores by construction (their tests check them): their hot path
+        # skips the check every other policy's scores pass, and only they may promise distinct scores
+        self._trusted = type(policy).__module__ in OWN_POLICY_MODULES
+        self._unique = self._trusted and bool(getattr(policy, "unique_scores", False))
         self._inserted = getattr(policy, "inserted", None)
         self._shape = CacheShape(self.num_layers, self.num_experts, self.slots, budget=self.budget,
                                  future=future, seed=seed, trace=trace, requests=requests)
@@ -176,17 +182,15 @@ class ExpertCache:
 
     # -- the keep rule ----------------------------------------------------------
     def _scores(self) -> np.ndarray:
-        s = np.asarray(self.policy.scores())
-        if s.shape != (self.num_layers, self.num_experts):
-            raise SimmoeError(f"cache policy {self.name!r}: scores() returned shape {list(s.shape)}, "
-                              f"expected [{self.num_layers}, {self.num_experts}]")
-        return s
+        if self._trusted:
+            return self.policy.scores()
+        return check_scores(self.policy.scores(), self.name, self.num_layers, self.num_experts)
 
     def _update(self, demand, hit_mask, misses, kind, requests, positions) -> None:
         self.policy.observe(ForwardEvent(demand, hit_mask, self.forwards, kind, requests, positions))
         np.logical_or(self.resident, demand, out=self.resident)
         self._count += misses
-        scores = self.policy.scores() if self._unique else self._scores()   # simmoe's own: shape known
+        scores = self._scores()
         if scores.dtype.kind == "f" and scores.min(initial=0.0) == -np.inf:     # some expert is never kept
             never = scores == -np.inf
             dropped = self.resident & never
@@ -281,6 +285,48 @@ class ExpertCache:
         if len(tied):
             at[tied] &= np.cumsum(at[tied], axis=1) <= need[tied]
         return above | at
+
+
+def check_scores(scores: Any, name: str, num_layers: int, num_experts: int) -> np.ndarray:
+    """A policy's ``scores()`` as int64 or float64 [L, N], or one line naming the policy and what is wrong.
+
+    Scores are real numbers (bool, integer or float), finite except ``-inf``
+    (never keep): NaN compares false with everything, so the keep rule would
+    rank it arbitrarily, and ``+inf`` is the rank the engine gives what it must
+    keep.  O(L·N) numpy work per call.
+    """
+    what = f"cache policy {name!r}: scores()"
+    want = f"scores must be a real numeric array [L, N] = [{num_layers}, {num_experts}]"
+    try:
+        s = np.asarray(scores)
+    except Exception as exc:   # ragged lists and the like
+        raise SimmoeError(f"{what} returned a {type(scores).__name__} that is no array "
+                          f"({type(exc).__name__}: {exc}); {want}") from None
+    if s.dtype.kind not in "biuf":
+        raise SimmoeError(f"{what} returned {s.dtype} values; {want} (bool, integer or float)")
+    if s.shape != (num_layers, num_experts):
+        raise SimmoeError(f"{what} returned shape {list(s.shape)}; {want}")
+    if s.dtype.kind == "f":
+        s = s.astype(np.float64, copy=False)
+        bad = np.isnan(s) | (s == np.inf)
+        if bad.any():
+            layer, expert = np.argwhere(bad)[0]
+            raise SimmoeError(f"{what} returned {s[layer, expert]} at layer {layer}, expert {expert}; scores "
+                              "must be finite (-inf: never keep)")
+        return s
+    if s.dtype.kind == "u" and s.dtype.itemsize == 8 and s.size and int(s.max()) > _HIGHEST:
+        raise SimmoeError(f"{what} returned {int(s.max())}, beyond int64; {want}")
+    return s.astype(np.int64, copy=False)
+
+
+def run_check(spec: str, check: Any, shape: CacheShape) -> None:
+    """A policy's ``check(shape)``: its SimmoeError refuses the replay as it is; anything else it raises is one line."""
+    try:
+        check(shape)
+    except SimmoeError:
+        raise
+    except Exception as exc:
+        raise SimmoeError(f"cache policy {spec!r} raised {type(exc).__name__} in check(): {exc}") from None
 
 
 class NoCache(ExpertCache):

@@ -28,11 +28,13 @@ is the trace's recorded routes, i.e. the atlas that SpecFit's measurements and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from simmoe.api import CacheShape, PrefetchJobs, PrefetchStep
+from simmoe.errors import SimmoeError
 
 
 def _flat(routes: np.ndarray, num_experts: int) -> np.ndarray:
@@ -150,6 +152,90 @@ def prefetch_step(residency, requests, rows, selected) -> PrefetchStep:
     return PrefetchStep(roots=np.stack(roots), pools=tuple(infos), available=residency.engine.available(),
                         requests=tuple(requests), rows=tuple(int(r) for r in rows),
                         truth=tuple(truth) if knows else None)
+
+
+# the modules of simmoe's own prefetch policies: their outputs are valid by construction (their tests check
+# them), so the residency stage checks every other policy's outputs only (check_jobs, check_layers)
+OWN_POLICY_MODULES = frozenset({"simmoe.replay.prefetch_policies", "simmoe.replay.prefetch_papers"})
+
+
+def _a(obj) -> str:
+    """``obj``'s type with its article, for messages: "a list", "an int"."""
+    name = type(obj).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
+def _ints(values, what: str) -> np.ndarray:
+    """``values`` as a one-dimensional int64 array; refused (``what`` names it) unless they are integers."""
+    try:
+        a = np.asarray(values)
+    except Exception as exc:    # ragged lists and the like
+        raise SimmoeError(f"{what} is {_a(values)} that is no array "
+                          f"({type(exc).__name__}: {exc})") from None
+    if a.ndim != 1:
+        raise SimmoeError(f"{what} has shape {list(a.shape)}, not a one-dimensional sequence of integers")
+    if not a.size:
+        return np.zeros(0, dtype=np.int64)
+    if a.dtype.kind not in "iu":    # floats are not rounded, a bool mask is not read as ids {0, 1}
+        raise SimmoeError(f"{what} holds {a.dtype} values, not integers")
+    if a.dtype.kind == "u" and a.dtype.itemsize == 8 and int(a.max()) > np.iinfo(np.int64).max:
+        raise SimmoeError(f"{what} holds {int(a.max())}, beyond int64")
+    return a.astype(np.int64, copy=False)
+
+
+def check_jobs(jobs, name: str, num_layers: int, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """A policy's ``drafting()`` result (not None) as (pairs, levels) int64, or one line naming what is wrong.
+
+    A ``PrefetchJobs``: pairs flat ids ``ℓ·N + e`` in [0, L·N), levels
+    integers >= 0, one per pair (:class:`simmoe.api.PrefetchJobs`).  O(n).
+    """
+    what = f"prefetch policy {name!r}: drafting()"
+    if not isinstance(jobs, PrefetchJobs):
+        raise SimmoeError(f"{what} returned {_a(jobs)}, not a simmoe.api.PrefetchJobs (or None)")
+    pairs = _ints(jobs.pairs, f"{what}'s pairs")
+    levels = _ints(jobs.levels, f"{what}'s levels")
+    if len(pairs) != len(levels):
+        raise SimmoeError(f"{what} returned {len(pairs)} pairs but {len(levels)} levels (one level per pair)")
+    flat = num_layers * num_experts
+    bad = np.flatnonzero((pairs < 0) | (pairs >= flat))
+    if len(bad):
+        raise SimmoeError(f"{what} returned pair {pairs[bad[0]]} (index {bad[0]}): pairs are flat expert ids "
+                          f"layer·N + expert in [0, L·N = {flat})")
+    if len(levels) and levels.min() < 0:
+        i = int(np.argmin(levels))
+        raise SimmoeError(f"{what} returned level {levels[i]} (index {i}): levels are draft levels >= 0 "
+                          "(0: when the step begins)")
+    return pairs, levels
+
+
+def check_layers(layers, name: str, num_layers: int, num_experts: int) -> list[list[int]] | None:
+    """A policy's ``layers()`` result as one list of ints per layer, or one line naming the policy and what is wrong.
+
+    None, or a sequence of exactly L sequences; entry ℓ holds local expert ids
+    of layer ℓ, in [0, N) (:class:`simmoe.api.PrefetchPolicy`).  O(L + ids).
+    """
+    what = f"prefetch policy {name!r}: layers()"
+    if layers is None:
+        return None
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, np.ndarray)):
+        raise SimmoeError(f"{what} returned {_a(layers)}, not a sequence of one sequence of expert ids per layer "
+                          "(or None)")
+    if len(layers) != num_layers:
+        raise SimmoeError(f"{what} returned {len(layers)} entries; it needs one per layer ({num_layers})")
+    out = []
+    for layer, entry in enumerate(layers):
+        here = f"{what}[{layer}]"
+        if isinstance(entry, (str, bytes)) or not isinstance(entry, (Sequence, np.ndarray)):
+            raise SimmoeError(f"{here} is {_a(entry)}, not a sequence of layer {layer}'s expert ids")
+        ids = _ints(entry, here)
+        if len(ids) and (ids.min() < 0 or ids.max() >= num_experts):
+            x = int(ids.min() if ids.min() < 0 else ids.max())
+            hint = (f" (a flat id layer·N + expert? layers() takes local ids; flat {x} is layer {x // num_experts}, "
+                    f"expert {x % num_experts})" if num_experts <= x < num_layers * num_experts else "")
+            raise SimmoeError(f"{here} holds expert {x}: entry ℓ holds layer ℓ's local expert ids, "
+                              f"in [0, N = {num_experts}){hint}")
+        out.append(ids.tolist())
+    return out
 
 
 def check_prefetch(policy: str) -> str:

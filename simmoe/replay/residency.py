@@ -36,6 +36,7 @@ import numpy as np
 
 from simmoe.errors import CheckFailed
 from simmoe.replay.copy_engine import PREFETCH_SEED_SALT, CopyEngine
+from simmoe.replay.prefetch_policies import OWN_POLICY_MODULES, check_jobs, check_layers
 from simmoe.replay.timing import closed_forward, drawn_copy_forward, fixed_copy_layer_ends
 
 
@@ -110,6 +111,8 @@ class OffloadedExperts:
         # a prefetch policy may observe every forward, as cache policies do (simmoe.api.PrefetchPolicy)
         self._observe = getattr(policy, "observe", None) if policy is not None else None
         self._forwards = 0
+        # another's policy has its outputs checked (one line naming it); simmoe's own skip that on the hot path
+        self._checked = policy is not None and type(policy).__module__ not in OWN_POLICY_MODULES
 
     # -- prefill --------------------------------------------------------------------
     def prefill(self, prompt_len: int, demand: np.ndarray, request: int = 0):
@@ -175,13 +178,16 @@ class OffloadedExperts:
         jobs = self.policy.drafting(ctx)
         if jobs is None:
             return
+        if self._checked:
+            pairs, lv = check_jobs(jobs, self.policy.name, self.L, self.N)
+        else:
+            pairs = np.asarray(jobs.pairs, dtype=np.int64)
+            lv = np.asarray(jobs.levels, dtype=np.int64)
         w = eng.open(self._t0)
         if levels is not None and selector_ms is not None and not self.serial:
             w.deadline_hint = self._t0 + (self.timer.draft_ms(levels) if levels > 0 else 0.0) + selector_ms
             if w.deadline_hint <= self._t0:
                 return          # no drafting, no selection: no job could start
-        pairs = np.asarray(jobs.pairs, dtype=np.int64)
-        lv = np.asarray(jobs.levels, dtype=np.int64)
         if levels is not None:
             keep = lv <= levels
             if not keep.all():
@@ -293,6 +299,8 @@ class OffloadedExperts:
             from simmoe.replay.prefetch_policies import prefetch_step
 
             layers = self.policy.layers(prefetch_step(self, step.requests, step.rows, step.nodes))
+            if self._checked:
+                layers = check_layers(layers, self.policy.name, self.L, self.N)
         if layers is None:   # nothing enters a layer's slots during the forward
             self._avail_pre = eng.available() if self.record is not None else None   # for the copies' names
             h, m = self._serve(demand, "step", step)

@@ -133,20 +133,22 @@ def prefetch_counters(cycles: dict, requests: dict, baseline_decode_ms: float | 
 
     Time saved = (decode time without prefetch − with) / Σ(N_i − 1), the
     decode tokens of SpecFit Eq. 10; ``saved_pct`` relative to the decode
-    time without prefetch.
+    time without prefetch.  Both are None (JSON null, never NaN) when the
+    replay without prefetch was skipped or their denominator is 0.
     """
     tokens = int(np.sum(requests["output_len"], dtype=np.int64))
     decode_tokens = tokens - len(requests["output_len"])
-    out = {}
+    out: dict[str, float | None] = {}
     for key in PREFETCH_CYCLE_COLUMNS:
         total = int(np.sum(cycles.get(key, ()), dtype=np.int64))
         out[f"{key}_per_token"] = total / tokens if tokens else float("nan")
     decode_ms = float(np.sum(requests["decode_ms"]))
-    if baseline_decode_ms is None:
-        out["saved_ms_per_token"] = float("nan")
-        out["saved_pct"] = float("nan")
-    else:
+    # None (JSON null), never NaN, where there is no figure: the baseline was not replayed, or nothing decoded
+    out["saved_ms_per_token"] = out["saved_pct"] = None
+    if baseline_decode_ms is not None:
         saved = float(baseline_decode_ms) - decode_ms
-        out["saved_ms_per_token"] = saved / decode_tokens if decode_tokens > 0 else float("nan")
-        out["saved_pct"] = 100.0 * saved / baseline_decode_ms if baseline_decode_ms > 0 else float("nan")
+        if decode_tokens > 0:
+            out["saved_ms_per_token"] = saved / decode_tokens
+        if baseline_decode_ms > 0:
+            out["saved_pct"] = 100.0 * saved / baseline_decode_ms
     return out

@@ -1,0 +1,316 @@
+"""A cache or prefetch policy's outputs are checked: anything outside the documented contract is one line, exit 2.
+
+Each broken plugin is a class of a small module written to a temporary folder
+on ``sys.path`` and run through ``simmoe replay`` (``simmoe.cli.main``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from factories import random_trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simmoe.api import PrefetchJobs
+from simmoe.cli import main
+from simmoe.errors import SimmoeError
+from simmoe.hardware.profile import load_profile
+from simmoe.replay.caches import check_scores
+from simmoe.replay.engine import ReplayConfig, replay
+from simmoe.replay.prefetch_policies import check_jobs, check_layers
+from simmoe.replay.results import prefetch_counters
+
+MODULE = "simmoe_integrity_plugins"
+L, N = 3, 8
+PROFILE = load_profile("a100-pcie-40gb").replace(num_layers=0)
+
+SOURCE = '''
+import numpy as np
+
+from simmoe.api import PrefetchJobs
+from simmoe.replay.cache_policies import LRU
+from simmoe.replay.prefetch_policies import Draft, NextLayer
+
+
+class Scores(LRU):
+    """LRU's ranking, handed back in another form by each subclass."""
+
+    def scores(self):
+        return self.bend(super().scores().astype(np.float64))
+
+
+def _cache(name, bend):
+    return type(name, (Scores,), {"name": name.lower(), "bend": staticmethod(bend)})
+
+
+def _nan(s):
+    s = s.copy(); s[0, 1] = np.nan; return s
+
+
+def _inf(s):
+    s = s.copy(); s[1, 2] = np.inf; return s
+
+
+NaNScores = _cache("NaNScores", _nan)
+InfScores = _cache("InfScores", _inf)
+StrScores = _cache("StrScores", lambda s: s.astype(str))
+ComplexScores = _cache("ComplexScores", lambda s: s.astype(complex))
+ObjectScores = _cache("ObjectScores", lambda s: s.astype(object))
+NarrowScores = _cache("NarrowScores", lambda s: s[:, :-1])
+FlatScores = _cache("FlatScores", lambda s: s.reshape(-1))
+RaggedScores = _cache("RaggedScores", lambda s: [list(s[0]), list(s[1][:2])] + [list(r) for r in s[2:]])
+# valid forms of the same ranking: the replay equals lru's
+ListScores = _cache("ListScores", lambda s: s.tolist())
+Float32Scores = _cache("Float32Scores", lambda s: s.astype(np.float32))
+NeverKeepScores = _cache("NeverKeepScores", lambda s: np.where(np.arange(s.shape[1]) == 0, -np.inf, s))
+
+
+class CheckRaises(LRU):
+    name = "check-raises"
+
+    @classmethod
+    def check(cls, shape):
+        raise ValueError("check boom")
+
+
+class Jobs(Draft):
+    """draft's jobs for one level, bent by each subclass."""
+
+    def drafting(self, step):
+        jobs = super().drafting(step)
+        return self.bend(np.asarray(jobs.pairs), np.asarray(jobs.levels), self.N)
+
+
+def _jobs(name, bend):
+    return type(name, (Jobs,), {"name": name.lower(), "bend": staticmethod(bend)})
+
+
+BeyondPairs = _jobs("BeyondPairs", lambda p, lv, N: PrefetchJobs(np.append(p, 3 * N), np.append(lv, 0)))
+NegativePairs = _jobs("NegativePairs", lambda p, lv, N: PrefetchJobs(np.append(p, -1), np.append(lv, 0)))
+MismatchedJobs = _jobs("MismatchedJobs", lambda p, lv, N: PrefetchJobs(p, lv[:-1]))
+ListJobs = _jobs("ListJobs", lambda p, lv, N: [p, lv])
+TupleJobs = _jobs("TupleJobs", lambda p, lv, N: (p, lv))
+FloatPairs = _jobs("FloatPairs", lambda p, lv, N: PrefetchJobs(p.astype(np.float64), lv))
+MaskPairs = _jobs("MaskPairs", lambda p, lv, N: PrefetchJobs(np.ones(len(p), dtype=bool), lv))
+NegativeLevels = _jobs("NegativeLevels", lambda p, lv, N: PrefetchJobs(p, lv - 1))
+TwoDimPairs = _jobs("TwoDimPairs", lambda p, lv, N: PrefetchJobs(p[None], lv))
+# a valid form: lists of ints
+ListPairs = _jobs("ListPairs", lambda p, lv, N: PrefetchJobs(p.tolist(), lv.tolist()))
+
+
+class Layers(NextLayer):
+    """next-layer's per-layer lists, bent by each subclass."""
+
+    def layers(self, step):
+        return self.bend(super().layers(step), self.N)
+
+
+def _layers(name, bend):
+    return type(name, (Layers,), {"name": name.lower(), "bend": staticmethod(bend)})
+
+
+MinusOneLayers = _layers("MinusOneLayers", lambda ls, N: [x + [-1] for x in ls])
+FlatLayers = _layers("FlatLayers", lambda ls, N: [[layer * N + e for e in x] for layer, x in enumerate(ls)])
+ShortLayers = _layers("ShortLayers", lambda ls, N: ls[:-1])
+IntLayers = _layers("IntLayers", lambda ls, N: [x[0] for x in ls])
+FloatLayers = _layers("FloatLayers", lambda ls, N: [np.asarray(x, dtype=np.float64) for x in ls])
+StringLayers = _layers("StringLayers", lambda ls, N: "0123")
+# valid forms: tuples and integer arrays per layer
+ArrayLayers = _layers("ArrayLayers", lambda ls, N: tuple(np.asarray(x, dtype=np.uint8) for x in ls))
+'''
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from simmoe.hardware.profile import save_profile
+    from simmoe.trace.io import write_trace
+
+    d = tmp_path_factory.mktemp("integrity")
+    (d / f"{MODULE}.py").write_text(textwrap.dedent(SOURCE))
+    sys.path.insert(0, str(d))
+    write_trace(trace_(), d / "t.parquet")
+    save_profile(PROFILE, d / "p.toml")
+    yield d
+    sys.path.remove(str(d))
+    sys.modules.pop(MODULE, None)
+
+
+def trace_():
+    return random_trace(7, num_requests=2, output_len=(4, 8), L=L, N=N, k=2, pool_nodes=7)
+
+
+def run(files, capsys, *argv):
+    """``simmoe replay`` on the tiny trace: (exit status, stderr lines, whether the JSON was written)."""
+    out = files / "out.json"
+    out.unlink(missing_ok=True)
+    rc = main(["replay", str(files / "t.parquet"), "--hardware", str(files / "p.toml"), "--slots", "3",
+               "--selectors", "eagle3", "--selector-ms", "0.5", "--no-progress", "--workers", "1",
+               "--json", str(out), *argv])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return rc, err, out.exists()
+
+
+def spec(name: str) -> str:
+    return f"{MODULE}:{name}"
+
+
+CACHE_CASES = [
+    ("NaNScores", "nan at layer 0, expert 1"),
+    ("InfScores", "inf at layer 1, expert 2"),
+    ("StrScores", "<U32 values"),
+    ("ComplexScores", "complex128 values"),
+    ("ObjectScores", "object values"),
+    ("NarrowScores", f"shape [{L}, {N - 1}]"),
+    ("FlatScores", f"shape [{L * N}]"),
+    ("RaggedScores", "no array"),
+]
+
+
+@pytest.mark.parametrize("name, wrong", CACHE_CASES)
+def test_cache_scores_outside_the_contract_are_one_line_naming_the_policy(files, capsys, name, wrong):
+    rc, err, written = run(files, capsys, "--cache", spec(name))
+    assert rc == 2 and len(err) == 1 and not written, err
+    assert f"cache policy {name.lower()!r}: scores()" in err[0] and wrong in err[0], err[0]
+
+
+def test_a_cache_policy_check_that_raises_is_one_line(files, capsys):
+    rc, err, written = run(files, capsys, "--cache", spec("CheckRaises"))
+    assert rc == 2 and len(err) == 1 and not written, err
+    assert spec("CheckRaises") in err[0] and "ValueError in check(): check boom" in err[0]
+
+
+PREFETCH_CASES = [
+    ("BeyondPairs", f"pair {L * N} "),
+    ("NegativePairs", "pair -1 "),
+    ("MismatchedJobs", "but"),
+    ("ListJobs", "returned a list, not a simmoe.api.PrefetchJobs"),
+    ("TupleJobs", "returned a tuple, not a simmoe.api.PrefetchJobs"),
+    ("FloatPairs", "float64 values, not integers"),
+    ("MaskPairs", "bool values, not integers"),
+    ("NegativeLevels", "level -1 "),
+    ("TwoDimPairs", "not a one-dimensional"),
+    ("MinusOneLayers", "holds expert -1"),
+    ("FlatLayers", "a flat id layer·N + expert?"),
+    ("ShortLayers", f"returned {L - 1} entries; it needs one per layer ({L})"),
+    ("IntLayers", "[0] is an int"),
+    ("FloatLayers", "float64 values, not integers"),
+    ("StringLayers", "returned a str"),
+]
+
+
+@pytest.mark.parametrize("name, wrong", PREFETCH_CASES)
+def test_prefetch_outputs_outside_the_contract_are_one_line_naming_the_policy(files, capsys, name, wrong):
+    rc, err, written = run(files, capsys, "--prefetch", spec(name))
+    assert rc == 2 and len(err) == 1 and not written, err
+    assert f"prefetch policy {name.lower()!r}" in err[0] and wrong in err[0], err[0]
+
+
+@pytest.mark.parametrize("kind, mine, own", [
+    ("cache", "ListScores", "lru"), ("cache", "Float32Scores", "lru"),
+    ("prefetch", "ListPairs", "draft"), ("prefetch", "ArrayLayers", "next-layer"),
+])
+def test_valid_forms_of_an_output_replay_as_simmoe_own(files, kind, mine, own):
+    trace = trace_()
+    base = dict(selector="eagle3", slots=3, selector_ms=0.5)
+    ref = replay(trace, ReplayConfig(**base, **{kind: own}), PROFILE)
+    got = replay(trace, ReplayConfig(**base, **{kind: spec(mine)}), PROFILE)
+    for key in ("hits", "misses", "cycle_ms", *(("prefetched", "useful", "wasted") if kind == "prefetch" else ())):
+        assert np.array_equal(ref.cycles[key], got.cycles[key]), key
+
+
+def test_a_never_keep_score_is_accepted_and_its_expert_never_stays(files):
+    import importlib
+
+    from simmoe.replay.caches import ExpertCache
+
+    cache = ExpertCache(L, N, 3, importlib.import_module(MODULE).NeverKeepScores())
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        demand = rng.random((L, N)) < 0.4
+        before = cache.resident.copy()
+        hits, _ = cache.forward(demand)
+        assert np.array_equal(hits, (demand & before).sum(axis=1))
+        assert not cache.resident[:, 0].any() and (cache.resident.sum(axis=1) <= 3).all()
+        assert cache.resident[:, 1:].sum() == np.minimum((before | demand)[:, 1:].sum(axis=1), 3).sum()
+
+
+# -- the checks against a reference written out ---------------------------------------------------------
+def _scores_ok(values: np.ndarray) -> bool:
+    return bool(all(not (v != v or v == float("inf")) for v in values.reshape(-1).tolist()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.5, -2.0, float("nan"), float("inf"), float("-inf")]),
+                min_size=L * N, max_size=L * N))
+def test_float_scores_are_refused_exactly_when_some_is_nan_or_plus_inf(values):
+    s = np.asarray(values).reshape(L, N)
+    if _scores_ok(s):
+        assert np.array_equal(check_scores(s, "p", L, N), s)
+    else:
+        with pytest.raises(SimmoeError, match="^cache policy 'p': scores"):
+            check_scores(s, "p", L, N)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, L * N + 3), st.integers(-2, 4)), max_size=12))
+def test_jobs_are_refused_exactly_when_a_pair_or_level_is_out_of_range(jobs):
+    pairs = np.array([p for p, _ in jobs], dtype=np.int64)
+    levels = np.array([lv for _, lv in jobs], dtype=np.int64)
+    ok = all(0 <= p < L * N and lv >= 0 for p, lv in jobs)
+    if ok:
+        got = check_jobs(PrefetchJobs(pairs, levels), "p", L, N)
+        assert got is not None and np.array_equal(got[0], pairs) and np.array_equal(got[1], levels)
+    else:
+        with pytest.raises(SimmoeError, match="^prefetch policy 'p': drafting()"):
+            check_jobs(PrefetchJobs(pairs, levels), "p", L, N)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(-2, N + 2), max_size=5), min_size=L - 1, max_size=L + 1))
+def test_layers_are_refused_exactly_when_the_length_or_an_id_is_wrong(layers):
+    ok = len(layers) == L and all(0 <= e < N for x in layers for e in x)
+    if ok:
+        assert check_layers(layers, "p", L, N) == layers
+    else:
+        with pytest.raises(SimmoeError, match="^prefetch policy 'p': layers()"):
+            check_layers(layers, "p", L, N)
+
+
+# -- the time saved: a number, or null with a reason; never NaN --------------------------------------------
+def _strict(text: str) -> dict:
+    def refuse(const):
+        raise AssertionError(f"the JSON holds {const}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("policy", ["draft", spec("ListPairs")])
+def test_the_time_saved_is_null_with_a_reason_when_its_baseline_is_skipped(files, capsys, policy):
+    rc = main(["replay", str(files / "t.parquet"), "--hardware", str(files / "p.toml"), "--slots", "3",
+               "--selectors", "ar,eagle3", "--selector-ms", "0.5", "--no-progress", "--workers", "1",
+               "--prefetch", policy, "--no-time-saved", "--json", "-"])
+    doc = _strict(capsys.readouterr().out)
+    assert rc == 0 and "--no-time-saved" in doc["time_saved"]
+    for row in doc["results"]:
+        assert row["saved_ms_per_token"] is None and row["saved_pct"] is None
+        assert np.isfinite(row["prefetched_per_token"])
+
+
+def test_the_time_saved_of_ar_with_a_prefetch_is_a_number(files, capsys):
+    rc = main(["replay", str(files / "t.parquet"), "--hardware", str(files / "p.toml"), "--slots", "3",
+               "--selectors", "ar", "--selector-ms", "0.5", "--no-progress", "--workers", "1",
+               "--prefetch", "eam", "--json", "-"])
+    doc = _strict(capsys.readouterr().out)
+    assert rc == 0 and "time_saved" not in doc
+    assert all(isinstance(r["saved_ms_per_token"], float) for r in doc["results"])
+
+
+def test_the_time_saved_has_no_figure_where_nothing_was_decoded():
+    requests = {"output_len": np.array([1, 1]), "decode_ms": np.array([0.0, 0.0])}
+    out = prefetch_counters({"prefetched": np.array([2])}, requests, baseline_decode_ms=0.0)
+    assert out["saved_ms_per_token"] is None and out["saved_pct"] is None and out["prefetched_per_token"] == 1.0
