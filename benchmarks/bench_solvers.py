@@ -2,11 +2,17 @@
 
 Run:  python benchmarks/bench_solvers.py [--quick] [--seed S] [--pools N] [--today N] [--cap S]
       python benchmarks/bench_solvers.py --families-only [--family-pools N] [--baseline C]
+      python benchmarks/bench_solvers.py --held-out [--held-out-pools N] [--fresh N]
+                                         [--held-out-baseline C]
 
 Prints the median and p99 per call (and the max where a tail matters) of wall-clock
 time, and for ``select_exact`` on the larger pools also the process CPU time (less
 sensitive to other jobs on a shared machine), of:
 
+* with ``--held-out``, only the held-out family ``eagle-correlated`` (64 and 200
+  candidates, K = 32, a convex resident cost; ``bench_solvers_held_out.py``): without a
+  limit (and beside ``--held-out-baseline``'s ``select_exact``), then at limits of 1, 5,
+  20 and 100 ms from cold caches and on first calls in fresh processes;
 * the families of ``solvers.random_pools.FAMILIES`` (200 candidates, K = 32,
   ``--family-pools`` pools each): offload and resident coefficients, a resident
   cost where K = 32 mostly does not bind, identical siblings, flat probabilities
@@ -366,7 +372,19 @@ def main(argv=None) -> int:
     ap.add_argument("--limit-ms", type=float, default=5.0, help="the time-limited rows' limit")
     ap.add_argument("--baseline", default="542b068",
                     help="commit whose select_exact the 18-node rows are compared with")
+    ap.add_argument("--held-out", action="store_true",
+                    help="only the held-out family (bench_solvers_held_out.py)")
+    ap.add_argument("--held-out-pools", type=int, default=20, help="held-out pools per size")
+    ap.add_argument("--fresh", type=int, default=9,
+                    help="held-out pools per size and limit timed in a fresh process each")
+    ap.add_argument("--held-out-baseline", default="",
+                    help="commit whose select_exact runs beside on the held-out pools")
     args = ap.parse_args(argv)
+    if args.held_out:
+        import bench_solvers_held_out
+        base = load_baseline(args.held_out_baseline) if args.held_out_baseline else None
+        bench_solvers_held_out.rows(args.seed, args.held_out_pools, args.fresh, base)
+        return 0
     if args.quick:
         args.pools, args.today, args.cap, args.family_pools = 20, 5, 1.0, 20
     # warm up: imports (OR-Tools' CP-SAT, scipy's HiGHS) and the first maximum flow are not

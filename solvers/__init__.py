@@ -13,9 +13,12 @@ docs/solvers.md.
 * :func:`max_closure`, :func:`largest_ratio` — no size limit, by min cut (App. A.3).
 * :func:`dinkelbach` — λ* across cycle states (App. A.1).
 * :func:`clique_instance` — Proposition 2's reduction.
+* :func:`preload` — import now what the exact methods import on first use (before a
+  time-limited selection's clock matters).
 """
 
 from solvers.adaptive import select_adaptive_depth
+from solvers.canonical import preload
 from solvers.closure import affine_approximation, largest_ratio, max_closure
 from solvers.cost import CostModel, Selection, evaluate
 from solvers.dinkelbach import DinkelbachResult, closure_oracle, dinkelbach, exact_oracle
@@ -29,5 +32,5 @@ __all__ = [
     "select_exact", "select_max_linear", "select_marginal", "select_adaptive_depth",
     "max_closure", "largest_ratio", "affine_approximation",
     "DinkelbachResult", "dinkelbach", "exact_oracle", "closure_oracle",
-    "CliqueInstance", "clique_instance", "reaches_threshold", "has_clique",
+    "CliqueInstance", "clique_instance", "reaches_threshold", "has_clique", "preload",
 ]

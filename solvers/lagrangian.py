@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import lru_cache
 
 import numpy as np
 
@@ -94,7 +95,9 @@ def _prepare(st: SearchState) -> Prepared | None:
     if st.expired():
         return None
     bp, cov = _bounds_tree(st)
-    slope = _affine_slope(cost.b, st.K)
+    convex = _convex(cost.b[:st.K + 1])
+    # μ = λ·slope: for a convex b, its slope at the incumbent's size (_size_search)
+    slope = _size_slope(cost.b, len(st.inc[3]), st.K) if convex else _affine_slope(cost.b, st.K)
     lam_now = st.score()
     fl, bracket = _lagrange(st, lam_now, slope)
     while ratio_mode and st.inc[0] > lam_now * (1.0 + _DINKELBACH_REL) and not st.expired():
@@ -109,16 +112,12 @@ def _prepare(st: SearchState) -> Prepared | None:
         lam_now = st.score()
         fl = st.paced("flow", network_size(cov, lam_now, cost.beta, mu), Flow, cov, bp, lam_now,
                       cost.beta, mu, st.inc[3])
-    upper, what = _weighed(st, fl, lam_now)
-    if _convex(cost.b[:st.K + 1]):
+    if convex:
         try:
-            other = _size_search(st, cov, bp, lam_now)
-            if other is not None and other.mu != fl.mu:
-                up2, what2 = _weighed(st, other, lam_now)
-                if up2 < upper:
-                    fl, upper, what = other, up2, what2
+            fl = _size_search(st, cov, bp, lam_now, fl)
         except Late:
             st.stopped = False      # optional flows: the first one's bound serves
+    upper, what = _weighed(st, fl, lam_now)
     if ratio_mode:
         upper = lam_now + max(upper, 0.0) / _t_floor(st)      # a bound on the ratio
     return Prepared(what, lam_now, fl.mu, upper)
@@ -131,45 +130,57 @@ def _weighed(st: SearchState, fl: Flow, lam: float) -> tuple[float, list[float]]
     return _root_bound(st, what, lam, fl.mu), what
 
 
-def _size_search(st: SearchState, cov, bp: Pool, lam: float) -> Flow | None:
-    """For a convex, non-affine b: the penalty μ of the Lagrangian dual, searched over the
-    sizes.  At μ_t = λ(b_{t+1} − b_{t−1})/2 the size term max_k μk − λb_k is largest at
-    k = t; the dual L(μ) = closure(μ) + max_k (μk − λb_k) is least where the closure's
-    cut has that size.  From t = |incumbent|, each flow moves t to its cut's size, within a
-    bracket that shrinks (at most ``_SIZE_STEPS`` flows, each only if it ends before the
-    deadline); cuts of at most K nodes are offered.  Returns the flow of the least L(μ).
+def _size_slope(b: tuple[float, ...], s: int, K: int) -> float:
+    """(b_{s+1} − b_{s−1})/2 with s within 1..K−1: the middle of b's slopes at size s."""
+    s = min(max(s, 1), K - 1)
+    return max(0.0, (b[s + 1] - b[s - 1]) / 2.0)
 
-    Why: μ = λ × (least-squares slope of b) is b's slope in the middle of 0..K, where a
-    convex b is flatter than at the optimum's size when K does not bind
-    (b_k = 100 + 0.4k + 0.006k², K = 32: 0.59λ, where 0.70λ suits 25 nodes); on the
-    held-out family's hardest pools the root's bound fell from 0.4 % above the optimum to
-    under 0.05 %, and their selections from 1-2 s to tens of ms (docs/solvers.md)."""
+
+def _size_search(st: SearchState, cov, bp: Pool, lam: float, first: Flow) -> Flow:
+    """For a convex, non-affine b: the penalty μ of the Lagrangian dual, searched over the
+    sizes.  The size term max_k μk − λb_k is largest at k = t(μ), and at μ_t =
+    λ(b_{t+1} − b_{t−1})/2 exactly at t; the dual L(μ) = closure(μ) + max_k (μk − λb_k) is
+    least where the closure's cut has size t(μ).  From ``first`` (μ at the incumbent's
+    size), each flow moves t to its cut's size, within a bracket that shrinks (at most
+    ``_SIZE_STEPS`` more flows, each only if it ends before the deadline); cuts of at
+    most K nodes are offered.  Returns the flow of the least L(μ).
+
+    Why: the least-squares slope of b (the μ of an affine or irregular b) is b's slope in
+    the middle of 0..K, where a convex b is flatter than at the optimum's size when K
+    does not bind (b_k = 100 + 0.4k + 0.006k², K = 32: 0.59λ, where 0.70λ suits 25
+    nodes); on the held-out family's hardest pools the root's bound fell from 0.4 %
+    above the optimum to under 0.05 %, and their selections from 1-2 s to tens of ms
+    (docs/solvers.md)."""
     K, b, beta = st.K, st.cost.b, st.cost.beta
+    sizes = range(1, K)
+
+    def dual(fl: Flow) -> float:
+        return fl.value + max(fl.mu * k - lam * b[k] for k in range(K + 1))
+
+    best, best_dual, fl = first, dual(first), first
     lo, hi = 1, K - 1
-    t = min(max(len(st.inc[3]), lo), hi)
-    best, best_dual = None, math.inf
     for _ in range(_SIZE_STEPS):
-        mu = max(0.0, lam * (b[t + 1] - b[t - 1]) / 2.0)
-        size = network_size(cov, lam, beta, mu)
-        if not st.affords("flow", 2.5 * size):
-            break
-        fl = st.paced("flow", size, Flow, cov, bp, lam, beta, mu, st.inc[3])
+        t = max(sizes, key=lambda k: fl.mu * k - lam * b[k])       # t(μ), within 1..K−1
         cut = len(fl.cut)
-        if 0 < cut <= K:
-            st.offer(fl.cut)
-        dual = fl.value + max(mu * k - lam * b[k] for k in range(K + 1))
-        if dual < best_dual:
-            best, best_dual = fl, dual
         if cut > t:
             lo = t + 1
         elif cut < t:
             hi = t - 1
         if cut == t or lo > hi:
             break
-        t = min(max(cut, lo), hi)
+        mu = lam * _size_slope(b, min(max(cut, lo), hi), K)
+        size = network_size(cov, lam, beta, mu)
+        if mu == fl.mu or not st.affords("flow", 2.5 * size):
+            break
+        fl = st.paced("flow", size, Flow, cov, bp, lam, beta, mu, st.inc[3])
+        if 0 < len(fl.cut) <= K:
+            st.offer(fl.cut)
+        if dual(fl) < best_dual:
+            best, best_dual = fl, dual(fl)
     return best
 
 
+@lru_cache(maxsize=64)
 def _convex(b: tuple[float, ...]) -> bool:
     """b_{j+1} − b_j non-decreasing, and not constant (affine: one slope serves every size)."""
     d = np.diff(np.asarray(b, dtype=np.float64))

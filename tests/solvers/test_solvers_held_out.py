@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import solvers.canonical as canonical
 import solvers.exact as exact
-from solvers import CostModel, Pool, evaluate, select_exact, select_max_linear
-from solvers.canonical import SearchState, preload
+from solvers import CostModel, Pool, evaluate, preload, select_exact, select_max_linear
+from solvers.canonical import SearchState
 from solvers.milp import Model
 from solvers.random_pools import HELD_OUT, eagle_correlated_arrays, family_cost, family_pool
 
