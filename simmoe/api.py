@@ -18,9 +18,11 @@ Implementations are found by name through Python entry points — the groups
 a package installed beside simmoe is a first-class citizen.  docs/extending.md
 is the tutorial; ``examples/simmoe-example-plugins`` a complete package.
 
-Every array a stage hands to a plugin is read-only; every plugin call is
-wrapped by the engine, so an exception inside one ends the replay with one
-line naming the plugin (``simmoe replay`` exits 2, writing nothing).
+Every array a stage hands to a plugin is read-only (writing to one raises);
+what a selector did not declare it needs is an :class:`Undeclared` placeholder
+whose use raises; every plugin call is wrapped by the engine, so an exception
+inside one ends the replay with one line naming the plugin (``simmoe replay``
+exits 2, writing nothing).
 
 Conventions: a model has L MoE layers of N experts, each token routes to k of
 them per layer; an expert is the pair (layer ℓ, expert e), flattened as
@@ -32,14 +34,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
     "CachePolicy", "CacheShape", "Choice", "ForwardEvent", "PoolView", "PrefetchJobs", "PrefetchPolicy",
-    "PrefetchStep", "Selector", "SelectorContext", "StepInfo", "ENTRY_POINT_GROUPS",
+    "PrefetchStep", "Selector", "SelectorContext", "StepInfo", "Undeclared", "UndeclaredError", "ENTRY_POINT_GROUPS",
 ]
 
 BoolMatrix = npt.NDArray[np.bool_]
@@ -60,8 +62,10 @@ class StepInfo:
     ``slot``: the request's position among the ``size`` requests of the step,
     which select in slot order; ``tokens_before``: tokens the step already
     verifies (every root, and the selections of the earlier slots);
-    ``covered``: bool [L, N], experts those tokens already bring to the
-    forward (free for this request: SpecFit Eq. 1's union across the batch).
+    ``covered``: bool [L, N] (read-only), experts those tokens already bring to
+    the forward (free for this request: SpecFit Eq. 1's union across the batch).
+    Filled in for selectors that declare ``uses_cost`` at batch > 1; any other
+    selector sees the default (``size == 1``, ``covered`` None).
     """
 
     size: int = 1
@@ -70,17 +74,75 @@ class StepInfo:
     covered: BoolMatrix | None = None
 
 
+class UndeclaredError(RuntimeError):
+    """A selector used what its class did not declare it needs (the replay reports it in one line)."""
+
+
+class Undeclared:
+    """Stands where a :class:`PoolView` or :class:`SelectorContext` holds what the selector did not declare.
+
+    Any use of it — an attribute, an index, ``len``, ``bool``, iteration,
+    ``numpy.asarray`` — raises :class:`UndeclaredError` naming the class
+    attribute to declare.  It is not None: test the class's own declaration
+    (``self.uses_cost``), not ``view.cost is None``.
+    """
+
+    __slots__ = ("what", "declare")
+
+    def __init__(self, what: str, declare: str):
+        self.what, self.declare = what, declare
+
+    def _refuse(self) -> NoReturn:
+        raise UndeclaredError(f"used {self.what} without declaring it: a selector gets {self.what} "
+                              f"only when its class says {self.declare} = True")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):   # protocol probes (pickle, numpy) stay ordinary
+            raise AttributeError(name)
+        self._refuse()
+
+    def __getitem__(self, key: Any) -> NoReturn:
+        self._refuse()
+
+    def __setitem__(self, key: Any, value: Any) -> NoReturn:
+        self._refuse()
+
+    def __len__(self) -> int:
+        self._refuse()
+
+    def __iter__(self) -> NoReturn:
+        self._refuse()
+
+    def __bool__(self) -> bool:
+        self._refuse()
+
+    def __array__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return f"<{self.what}: undeclared ({self.declare} = True gives it)>"
+
+
 @dataclass
 class PoolView:
     """A request's candidate pool at one output position, as a selector may see it.
 
+    Every array is a read-only view (writing to one raises): the arrays the
+    later stages read — verification's routes and verdicts, the demand's
+    routes — are the same memory, so a selector cannot change what they see.
+    The fields themselves are the selector's own: rebinding one changes nothing
+    outside its call.
+
     ``root_routes`` [L, k] and ``node_routes`` [n, L, k] are the routes the
-    selector may know (exact, or a predictor's of accuracy a: SpecFit §4.6);
-    ``agree`` is the target's verdict per node, which only an oracle may read.
+    selector may know (exact, or a predictor's of accuracy a: SpecFit §4.6).
+    ``agree`` is the target's verdict per node (at T > 0 its seeded draws);
+    only a selector whose class declares ``reads_verdicts = True`` (an oracle:
+    its row is marked as one) gets it, any other an :class:`Undeclared`.
     ``cost`` is the cost model to price this selection with, when the selector
-    declares ``uses_cost``: the context's at batch 1; at batch > 1 the
-    batch-aware model of what the subtree adds to the step (its experts that
-    the other requests bring are free, the intercepts carry their tokens).
+    declares ``uses_cost`` (else an :class:`Undeclared`): the context's at
+    batch 1; at batch > 1 the batch-aware model of what the subtree adds to the
+    step (its experts that the other requests bring are free, the intercepts
+    carry their tokens; :class:`SelectorContext` says how to call it).
     ``batch`` says what else the step verifies; ``available(d)``, when not
     None, gives bool [L, N] — the experts resident, staged or on their way
     after the drafter has drafted level ``d`` — to selectors that declare
@@ -92,7 +154,7 @@ class PoolView:
     levels: IntArray          # int [n], 1 for children of the root
     p: FloatArray             # float [n], path probability
     q: FloatArray             # float [n], draft conditional probability
-    agree: BoolMatrix         # bool [n]
+    agree: BoolMatrix         # bool [n]; an Undeclared unless the class declares reads_verdicts
     root_routes: IntArray     # [L, k]
     node_routes: IntArray     # [n, L, k]
     num_experts: int
@@ -122,7 +184,8 @@ class PoolView:
         return np.lexsort((np.arange(n), self.levels, -self.p.astype(np.float64)))
 
     def pool(self) -> Any:
-        """The :class:`solvers.Pool` of this view (built once, on first use)."""
+        """The :class:`solvers.Pool` of this view (built once, on first use; at batch > 1 for a
+        ``uses_cost`` selector, the experts the other requests bring are free in it)."""
         if self._pool is None:
             from solvers import Pool
 
@@ -134,7 +197,16 @@ class PoolView:
 
 @dataclass(frozen=True)
 class Choice:
-    """A selector's decision: ascending pool-local node ids (ancestor-closed) and the levels drafted."""
+    """A selector's decision: which pool nodes the target verifies, and how many levels were drafted.
+
+    ``nodes``: pool-local ids, integers, strictly ascending (so distinct),
+    ancestor-closed (each node's parent chosen too, or the root), at most K;
+    ``drafted_levels``: an integer, at least the deepest chosen node's level,
+    at most the pool's depth (0 when nothing is drafted).  The engine refuses,
+    in one line naming the selector, request and position, a choice that breaks
+    any of these (a bool mask, float ids or a float count included): it never
+    sorts, de-duplicates or rounds one.
+    """
 
     nodes: IntArray
     drafted_levels: int
@@ -145,11 +217,19 @@ class SelectorContext:
     """What a selector is built with: the trace's budget K and the profile's cost models.
 
     ``cost``: a :class:`solvers.CostModel`, T̂(S) = b_|S| + βF(S) (SpecFit Eq. 4),
-    when the selector declares ``uses_cost`` (at batch > 1, each request's
-    selection sees the batch-aware model of what its subtree adds to the step);
-    ``evict_cost``: EVICT's profiled C(k), k = 1.. (EVICT §3.2.3), when it
-    declares ``uses_evict_cost``; ``options``: the command line's selector
-    options (``ddd_threshold``, ``coverage_rho``, ...).
+    when the selector declares ``uses_cost`` (else an :class:`Undeclared`).
+    ``cost.time(size, union)`` is ``b[size] + beta * union`` in ms: ``size`` the
+    draft nodes verified (|S|, the root not counted: ``b[0]`` is the root
+    alone, so size ≤ K needs ``b[0..K]``); ``union`` is F(S), the experts the
+    forward executes summed over layers — the root's counted, each (layer,
+    expert) once: Σ_ℓ |E_ℓ(root) ∪ ⋃_{v∈S} E_ℓ(v)|.  ``solvers.evaluate(
+    view.pool(), nodes, view.cost)`` computes it (``.union``, ``.time``).  At
+    batch > 1 price with ``view.cost``, not this one: its intercepts already
+    hold the step's other tokens and the experts the others bring, so pass
+    the union of the experts the others do not bring — what ``view.pool()``
+    counts, since they are free in it.  ``evict_cost``: EVICT's profiled C(k),
+    k = 1.. (EVICT §3.2.3), when it declares ``uses_evict_cost``; ``options``:
+    the command line's selector options (``ddd_threshold``, ``coverage_rho``, ...).
     """
 
     K: int = 7
@@ -164,19 +244,29 @@ class Selector(Protocol):
 
     The replay builds one selector per replay: ``SelectorClass(context)``
     with a :class:`SelectorContext`, then calls :meth:`select` once per request
-    per step, in step order.  ``select`` returns a :class:`Choice`: node ids
-    that are ancestor-closed (every selected node's parent is selected or the
-    root), at most ``context.K`` of them, and how many levels the drafter had
-    to draft (0 when nothing is drafted; at most the pool's depth).  The
-    engine checks both and names the selector when they do not hold.
+    per step, in step order.  ``select`` returns a :class:`Choice` (what it
+    must hold is said there); the engine checks a plugin's choice every call
+    and names the selector when it does not hold.
 
     Optional class attributes (their defaults in parentheses) say what the
     selector needs: ``summary`` (""), one line for ``--help``; ``drafts``
     (True; False: no drafter, one token per forward); ``uses_cost`` (False;
-    needs ``context.cost``); ``uses_evict_cost`` (False); ``uses_residency``
-    (False; reads ``view.available``, so it selects inside the simulation, not
-    in a plan shared across cache settings); ``needs_prepare`` (False; calls
-    ``prepare(trace, num_requests, views_at)`` once before the replay).
+    needs ``context.cost`` and ``view.cost``); ``uses_evict_cost`` (False);
+    ``uses_residency`` (False; reads ``view.available``, so it selects inside
+    the simulation, not in a plan shared across cache settings);
+    ``reads_verdicts`` (False; reads ``view.agree``, the target's verdicts:
+    an oracle, an upper bound no real system can run, marked as one in the
+    output); ``needs_prepare`` (False; calls ``prepare(trace, num_requests,
+    views_at)`` once before the replay).
+
+    Selection time charged per cycle (``simmoe replay``/``sweep``): by
+    default the profile's ``cycle.selector_ms`` to a selector that declares
+    ``uses_cost`` and 0 ms to any other, whatever it takes — a plugin that
+    sleeps is charged nothing; ``--selector-ms X`` charges X ms to every one;
+    ``--selector-ms measured`` (and ``ReplayConfig(selector_ms=None)``, the
+    Python default) charges the measured time of :meth:`select` (wall, or CPU
+    with ``--selector-clock cpu``; at batch > 1 the slowest of the step), the
+    engine's check of the choice not included.
     """
 
     name: ClassVar[str]

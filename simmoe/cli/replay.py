@@ -215,7 +215,7 @@ def run(args) -> int:
         "trace": str(args.trace), "synthetic": bool(st.trace.is_synthetic),
         "provenance": st.trace.meta.get("provenance", {}), "config": config_dict(st.base, st.names),
         "regime": "resident" if st.profile.resident else "offload",
-        "selector_time": _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock),
+        "selector_time": _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock, st.names),
         "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
         **({"batch": st.base.batch} if st.base.batch > 1 else {}),
         "prefetch": st.base.prefetch,
@@ -226,12 +226,14 @@ def run(args) -> int:
     if not st.to_stdout:
         stdout = _console(stderr=False)
         table = results_table(rows, st.base, baseline, st.trace.is_synthetic, st.columns,
-                              _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock)
+                              _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock, st.names)
                               + f"\nprofile {profile_line(st.profile)}", batch=st.base.batch,
                               resident=st.profile.resident)
         widen_for(stdout, table)
         stdout.print(table)
         stdout.print(legend(st.columns, st.profile.resident), highlight=False)
+        if any(r["oracle"] for r in rows):
+            stdout.print(ORACLE_NOTE, highlight=False)
     return 0
 
 
@@ -361,10 +363,15 @@ def selector_config(base, name: str, fixed_ms, profile):
     return replace(base, selector=name)
 
 
-def _selector_time_text(fixed_ms, profile, clock: str) -> str:
+def _selector_time_text(fixed_ms, profile, clock: str, names=()) -> str:
     if fixed_ms == "model":
+        from simmoe.replay import plugins
+
+        free = [display_name(n) for n in names if not getattr(plugins.load("selector", n), "uses_cost", False)
+                and not plugins.load("selector", n).__module__.startswith("simmoe.")]
         return (f"selector time: exact searches {profile.selector_ms:g} ms/cycle (profile), "
-                "top-K rules 0 ms")
+                "top-K rules 0 ms" + (f"; {', '.join(free)} 0 ms whatever it takes (no uses_cost; "
+                                      "--selector-ms measured times it)" if free else ""))
     if fixed_ms is None:
         return f"selector time measured ({clock} clock; varies between runs)"
     return f"selector time fixed at {fixed_ms:g} ms"
@@ -379,7 +386,7 @@ def _rows(configs, out):
     for cfg, res in zip(configs[1:], out[1:]):
         s = res.summary()
         s["speedup"] = speedup(s, baseline)
-        row = {"selector": cfg.selector, **s}
+        row = {"selector": cfg.selector, "oracle": is_oracle(cfg.selector), **s}
         if res.lambda_star is not None:
             row["lambda_star"] = res.lambda_star
         rows.append(row)
@@ -512,6 +519,16 @@ def format_value(key: str, fmt: str, value) -> str:
     return fmt.format(value)
 
 
+ORACLE_NOTE = "  † an oracle: reads the target's verdicts (reads_verdicts), an upper bound no system can run"
+
+
+def is_oracle(spec: str) -> bool:
+    """Whether the selector reads the target's verdicts (declares ``reads_verdicts``): an upper bound."""
+    from simmoe.replay import plugins
+
+    return bool(getattr(plugins.load("selector", spec), "reads_verdicts", False))
+
+
 def display_name(spec: str) -> str:
     """A selector's name in the table: a ``module:Name`` plugin by its own ``name``."""
     if ":" not in spec:
@@ -563,5 +580,5 @@ def results_table(rows, config, baseline, synthetic: bool, columns=DEFAULT_COLUM
             if r["selector"] == "ar" and key in NO_DRAFTER:
                 v = None  # AR has no drafter and no selector
             cells.append(format_value(key, COLUMNS[key][1], v))
-        table.add_row(display_name(r["selector"]), *cells)
+        table.add_row(display_name(r["selector"]) + ("†" if r.get("oracle") else ""), *cells)
     return table

@@ -135,7 +135,8 @@ class Stages:
         self.R = int(num_requests)
         self.batch = int(config.batch)
         self.selection = SelectionStage(trace, config, profile, self.batch)
-        self.pools = TracePools(trace, predictor, verdicts, self.selection.context.cost)
+        self.pools = TracePools(trace, predictor, verdicts, self.selection.context.cost,
+                                reads_verdicts=self.selection.flags["reads_verdicts"])
         self.verification = Verification(trace, verdicts)
         self.demand = DemandUnion(trace)
         self.output_len = np.asarray(trace.requests.output_len[:self.R], dtype=np.int32)

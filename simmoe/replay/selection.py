@@ -29,9 +29,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from simmoe.api import Choice, PoolView, SelectorContext, StepInfo
+from simmoe.api import Choice, PoolView, SelectorContext, StepInfo, Undeclared, UndeclaredError
 from simmoe.errors import SimmoeError
 from simmoe.replay import plugins
+
+NO_CONTEXT_COST = Undeclared("context.cost", "uses_cost")
 
 
 def selector_flags(name: str) -> dict[str, bool]:
@@ -40,13 +42,14 @@ def selector_flags(name: str) -> dict[str, bool]:
     return {"drafts": bool(getattr(cls, "drafts", True)), "uses_cost": bool(getattr(cls, "uses_cost", False)),
             "uses_evict_cost": bool(getattr(cls, "uses_evict_cost", False)),
             "uses_residency": bool(getattr(cls, "uses_residency", False)),
+            "reads_verdicts": bool(getattr(cls, "reads_verdicts", False)),
             "needs_prepare": bool(getattr(cls, "needs_prepare", False))}
 
 
 def selector_context(trace, profile, config, batch: int = 1) -> SelectorContext:
     """The selector's configuration: the trace's K, the profile's cost models (Eq. 4, EVICT C(k))."""
     flags = selector_flags(config.selector)
-    cost = profile.cost_model(config.cache_active) if flags["uses_cost"] else None
+    cost = profile.cost_model(config.cache_active) if flags["uses_cost"] else NO_CONTEXT_COST
     evict = evict_table(trace, profile, batch) if flags["uses_evict_cost"] else ()
     options = dict(config.options)
     if flags["uses_residency"]:
@@ -157,6 +160,7 @@ class SelectionStage:
                                     int(trace.pool_shape.depth)) if self.flags["uses_cost"] and batch > 1 else None
         self.checked = not type(self.selector).__module__.startswith("simmoe.")   # plugins' choices are checked
         self.g = trace.geometry
+        self._available: tuple = (None, None)    # (the residency's callable, its read-only wrapper)
 
     def prepare(self, trace, num_requests: int, views_at) -> None:
         """Trace-level preparation (``optimal``'s λ*) over the first ``num_requests`` requests."""
@@ -168,6 +172,8 @@ class SelectionStage:
             self.selector.prepare(trace, num_requests, views_at)
         except InvalidInput as exc:
             raise SimmoeError(f"selector {self.name!r}: {exc}") from None
+        except UndeclaredError as exc:
+            raise SimmoeError(f"selector {self.name!r} in prepare(): {exc}") from None
         except SimmoeError:
             raise
         except Exception as exc:
@@ -179,7 +185,7 @@ class SelectionStage:
             return view
         L, N = self.g.num_layers, self.g.num_experts
         covered = info.covered.reshape(L, N)
-        view = replace(view, _pool=None, batch=info)
+        view = replace(view, _pool=None, batch=replace(info, covered=_read_only(covered)))
         view._pool = view.pool().with_free(covered)
         view.cost = self.batch_cost.cost(others_tokens - 1, covered.sum(axis=1).astype(np.float64),
                                          float(context), info.size)
@@ -187,11 +193,16 @@ class SelectionStage:
 
     def choose(self, view: PoolView, request: int, position: int) -> tuple[Choice, float, float]:
         """The selector's choice at ``view``, its wall and CPU milliseconds."""
+        if view.available is not None:
+            view.available = self._read_only_available(view.available)
+        parents, levels = view.parents, view.levels     # checked against these, whatever the selector rebinds
         perf, cpu = time.perf_counter, time.thread_time
         c1, t1 = cpu(), perf()
         try:
             choice = self.selector.select(view)
         except _invalid_input() as exc:  # e.g. a cost model too short for the trace's K
+            raise SimmoeError(f"selector {self.name!r} at request {request}, position {position}: {exc}") from None
+        except UndeclaredError as exc:
             raise SimmoeError(f"selector {self.name!r} at request {request}, position {position}: {exc}") from None
         except SimmoeError:
             raise
@@ -200,8 +211,25 @@ class SelectionStage:
                                        f"at request {request}, position {position}") from None
         wall, cpu_ms = (perf() - t1) * 1e3, (cpu() - c1) * 1e3
         if self.checked:
-            choice = check_choice(self.name, choice, view, self.context.K, request, position)
+            choice = check_choice(self.name, choice, parents, levels, self.context.K,
+                                  f"at request {request}, position {position}")
         return choice, wall, cpu_ms
+
+    def _read_only_available(self, available):
+        """``available`` whose arrays are read-only (one wrapper per residency callable)."""
+        if self._available[0] is not available:
+            def read_only_available(d: int):
+                out = available(d)
+                return out if out is None else _read_only(np.asarray(out))
+
+            self._available = (available, read_only_available)
+        return self._available[1]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 @functools.cache
@@ -211,23 +239,58 @@ def _invalid_input() -> type[Exception]:
     return InvalidInput
 
 
-def check_choice(name: str, choice, view: PoolView, K: int, request: int, position: int) -> Choice:
-    """A plugin's choice must be a Choice of at most K ancestor-closed nodes and a drafted depth within the pool."""
-    where = f"at request {request}, position {position}"
+def check_choice(name: str, choice, parents: np.ndarray, levels: np.ndarray, K: int, where: str) -> Choice:
+    """A plugin's choice, refused unless it is what :class:`simmoe.api.Choice` says; a copy it cannot change.
+
+    Ids must be integers (not a bool mask, not floats), strictly ascending,
+    inside the pool of ``len(parents)`` nodes, at most ``K`` and ancestor-closed;
+    the drafted levels an integer between the deepest chosen level and the
+    pool's depth.  Nothing is coerced: each refusal is one line naming the
+    selector, ``where`` (request and position) and the offending entry.
+    """
+    who = f"selector {name!r} {where}"
     if not hasattr(choice, "nodes") or not hasattr(choice, "drafted_levels"):
-        raise SimmoeError(f"selector {name!r} returned {type(choice).__name__} {where}, not a simmoe.api.Choice")
-    nodes = np.unique(np.asarray(choice.nodes, dtype=np.int64))
-    if len(nodes) and (nodes[0] < 0 or nodes[-1] >= view.size):
-        raise SimmoeError(f"selector {name!r} chose a node outside the pool of {view.size} {where}")
-    if len(nodes) > K:
-        raise SimmoeError(f"selector {name!r} chose {len(nodes)} nodes {where}, more than K = {K}")
-    parents = view.parents[nodes]
-    if not np.isin(parents[parents >= 0], nodes).all():
-        raise SimmoeError(f"selector {name!r} chose nodes whose parents it did not choose {where} "
-                          "(a selection must be ancestor-closed)")
-    levels = int(choice.drafted_levels)
-    need = int(view.levels[nodes].max()) if len(nodes) else 0
-    if not need <= levels <= max(view.depth, need):
-        raise SimmoeError(f"selector {name!r} drafted {levels} levels {where}; its nodes need {need} "
-                          f"and the pool has {view.depth}")
-    return Choice(nodes, levels)
+        raise SimmoeError(f"{who} returned {type(choice).__name__}, not a simmoe.api.Choice")
+    nodes = _node_ids(who, choice.nodes, len(parents), K)
+    chosen_parents = parents[nodes]
+    orphan = np.flatnonzero((chosen_parents >= 0) & ~np.isin(chosen_parents, nodes))
+    if len(orphan):
+        v = int(nodes[orphan[0]])
+        raise SimmoeError(f"{who}: chose node {v} (nodes[{int(orphan[0])}]) without its parent "
+                          f"{int(parents[v])} (a selection must be ancestor-closed)")
+    drafted = choice.drafted_levels
+    if isinstance(drafted, (bool, np.bool_)) or not isinstance(drafted, (int, np.integer)):
+        raise SimmoeError(f"{who}: drafted_levels is {drafted!r} ({type(drafted).__name__}), not an integer")
+    drafted = int(drafted)
+    need = int(levels[nodes].max()) if len(nodes) else 0
+    depth = int(levels.max()) if len(levels) else 0
+    if not need <= drafted <= depth:
+        raise SimmoeError(f"{who}: drafted {drafted} levels; its nodes need {need} and the pool has {depth}")
+    return Choice(nodes, drafted)
+
+
+def _node_ids(who: str, raw, n: int, K: int) -> np.ndarray:
+    """``raw`` as a fresh int64 array, if it is a valid id list (:func:`check_choice`); else one line."""
+    try:
+        ids = np.asarray(raw)
+    except Exception as exc:    # a ragged list, an object numpy cannot read
+        raise SimmoeError(f"{who}: nodes cannot be read as an array ({type(exc).__name__}: {exc})") from None
+    if ids.ndim != 1:
+        raise SimmoeError(f"{who}: nodes must be a 1-D list of ids, got shape {ids.shape}")
+    if ids.size and ids.dtype.kind not in "iu":
+        what = "a bool mask" if ids.dtype.kind == "b" else f"{ids.dtype} values"
+        raise SimmoeError(f"{who}: nodes are {what}, not integer ids (nodes[0] = {ids[0]!r})")
+    ids = ids.astype(np.int64)      # a copy: the selector keeps no handle on what the replay records
+    outside = np.flatnonzero((ids < 0) | (ids >= n))
+    if len(outside):
+        i = int(outside[0])
+        raise SimmoeError(f"{who}: nodes[{i}] = {int(ids[i])} is outside the pool of {n} nodes (ids 0..{n - 1})")
+    step = np.flatnonzero(ids[1:] <= ids[:-1])
+    if len(step):
+        i = int(step[0]) + 1
+        how = "repeats" if ids[i] == ids[i - 1] else "is below"
+        raise SimmoeError(f"{who}: nodes[{i}] = {int(ids[i])} {how} nodes[{i - 1}] = {int(ids[i - 1])}; "
+                          "ids must be strictly ascending")
+    if len(ids) > K:
+        raise SimmoeError(f"{who}: chose {len(ids)} nodes, more than K = {K}")
+    return ids

@@ -70,6 +70,7 @@ class Selector:
     uses_cost: ClassVar[bool] = False   # decisions depend on the cost model (b, β)
     uses_evict_cost: ClassVar[bool] = False
     uses_residency: ClassVar[bool] = False  # selects from the experts on the device (simmoe.replay.prefetch)
+    reads_verdicts: ClassVar[bool] = False  # reads view.agree, the target's verdicts: an oracle
     extends_intercepts: ClassVar[bool] = False  # a cost-model selector that needs no b_j beyond the profile's
     needs_prepare: ClassVar[bool] = False
 
@@ -357,6 +358,7 @@ class Oracle(Selector):
 
     name = "oracle"
     summary = "knows the matches: verifies exactly the accepted path (upper bound)"
+    reads_verdicts = True
 
     def select(self, view):
         path = longest_agreeing_path(view.parents, view.agree)
