@@ -120,6 +120,8 @@ ShortLayers = _layers("ShortLayers", lambda ls, N: ls[:-1])
 IntLayers = _layers("IntLayers", lambda ls, N: [x[0] for x in ls])
 FloatLayers = _layers("FloatLayers", lambda ls, N: [np.asarray(x, dtype=np.float64) for x in ls])
 StringLayers = _layers("StringLayers", lambda ls, N: "0123")
+HalfLayers = _layers("HalfLayers", lambda ls, N: [x + [0.5] for x in ls])
+NestedLayers = _layers("NestedLayers", lambda ls, N: [[x] for x in ls])
 # valid forms: tuples and integer arrays per layer
 ArrayLayers = _layers("ArrayLayers", lambda ls, N: tuple(np.asarray(x, dtype=np.uint8) for x in ls))
 '''
@@ -200,6 +202,8 @@ PREFETCH_CASES = [
     ("IntLayers", "[0] is an int"),
     ("FloatLayers", "float64 values, not integers"),
     ("StringLayers", "returned a str"),
+    ("HalfLayers", "[0] holds float64 values, not integers"),
+    ("NestedLayers", "[0] has shape [1, "),
 ]
 
 
