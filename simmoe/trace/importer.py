@@ -1,6 +1,6 @@
 """Import routing logs of other tools as an autoregressive-only trace (empty pools).
 
-Two kinds of input (docs/importing-routes.md):
+Three kinds of input (docs/importing-routes.md):
 
 * **long format** (``importer_records``): one record per (request, token,
   layer) with the experts the router chose — JSON lines, CSV or parquet.
@@ -11,8 +11,12 @@ Two kinds of input (docs/importing-routes.md):
   top-k]`` integers in ``.npy``, ``.npz``, ``.safetensors``, or a parquet /
   JSON lines column of ``[layers][top-k]`` lists, with optional per-token
   request ids, token indices, vocabulary ids and phase.
+* **a tool's log**, recognised from the file (``importer_detect``) or named
+  by ``fmt``: sqliteai/warp, vLLM's routed experts and FLAME-MoE-Traces
+  (``importer_tools``), llama.cpp's and Megatron-core's logs of forward
+  passes (``importer_forwards``); each is turned into dense arrays.
 
-Optional for both: the token's vocabulary id, and its phase (booleans, 0/1
+Optional for the first two: the token's vocabulary id, and its phase (booleans, 0/1
 or the words prompt/prefill and output/decode): prompt tokens form the
 request's prefill union and prompt length.
 

@@ -75,6 +75,7 @@ def llama_csv(src: str, top_k: int | None) -> tuple[Cells, str]:
         convert_options=pcsv.ConvertOptions(column_types={"layer_id": pa.int64(),
                                                           "expert_ids": pa.string()}),
     ))
+    _some_rows(table, src)
     layer = _nonnegative(integers(table.column("layer_id"), "layer_id", src), src, "layer_id")
     experts, _k = expert_lists(table.column("expert_ids"), "expert_ids", top_k, src)
     return _cells_from_runs(layer, experts, np.arange(len(layer)), src, "layer_id"), "expert_ids"
@@ -93,6 +94,7 @@ def llama_moe_trace(src: str, top_k: int | None) -> tuple[Cells, str, int]:
         read_options=pcsv.ReadOptions(column_names=names, skip_rows=skip),
         convert_options=pcsv.ConvertOptions(column_types={n: pa.int64() for n in names}),
     ))
+    _some_rows(table, src)
     layer = _nonnegative(integers(table.column("layer"), "layer", src), src, "layer")
     expert = integers(table.column("expert"), "expert", src)
     starts = np.flatnonzero(np.append(True, layer[1:] != layer[:-1]))
@@ -128,6 +130,11 @@ def _first_fields(src: str) -> list[str]:
     with open(src, "rb") as fh:
         first = fh.readline(4096).decode("utf-8", "replace")
     return [f.strip() for f in first.strip().split(",")]
+
+
+def _some_rows(table: pa.Table, src: str) -> None:
+    if table.num_rows == 0:
+        raise TraceError("no records (only a header line)", path=src)
 
 
 def _nonnegative(values: np.ndarray, src: str, name: str) -> np.ndarray:
@@ -184,6 +191,8 @@ def megatron(src: str) -> tuple[Cells, str, list[str]]:
 def _token_lists(inner: pa.Array, record: np.ndarray, src: str) -> np.ndarray:
     """``[tokens, k]`` ids from the tokens' lists (errors name the record of the token)."""
     name = "top_indices"
+    if len(inner) == 0:
+        raise TraceError("no tokens: every record's top_indices is empty", path=src, field=name)
     if not (pa.types.is_list(inner.type) and pa.types.is_integer(inner.type.value_type)):
         raise TraceError(f"field has type list<{inner.type}>, expected [num_tokens][topk] lists of "
                          f"integer ids", path=src, field=name)

@@ -165,6 +165,9 @@ def _vllm_json(src: str) -> list:
         prompt = _routes(doc.get(VLLM_PROMPT), src, f"response {rid!r}", VLLM_PROMPT)
         choices = doc.get("choices", [doc] if VLLM_OUT in doc else [])
         for j, choice in enumerate(choices if isinstance(choices, list) else []):
+            if not isinstance(choice, dict):
+                raise TraceError(f"response {rid!r}: choice {j} is a JSON {type(choice).__name__}, not an "
+                                 f"object", path=src, field="choices")
             name = rid if len(choices) == 1 else f"{rid}-{choice.get('index', j)}"
             out = _routes(choice.get(VLLM_OUT), src, f"response {name!r}", VLLM_OUT)
             parts.append((name, prompt, out))

@@ -224,3 +224,19 @@ def test_damaged_tool_logs_fail_cleanly(tmp_path_factory, name, edits):
     target.write_bytes(bytes(data))
     with contextlib.suppress(SimmoeError):
         import_routes(target.parent if name.startswith("flame") else target, on_gap="drop")
+
+
+@pytest.mark.parametrize("name, text, fmt, message", [
+    ("h.csv", "layer_id,expert_ids\n", None, "no records (only a header line)"),
+    ("h.csv", "layer,expert\n", None, "no records (only a header line)"),
+    ("m.jsonl", '{"step": 0, "layer": 1, "top_indices": []}\n', None, "every record's top_indices is empty"),
+    ("m.jsonl", '{"step": 0, "layer": 1, "top_indices": [[1.5, 2]]}\n', None, "expected [num_tokens][topk]"),
+    ("v.json", '{"id": "x", "choices": [3]}', "vllm", "choice 0 is a JSON int, not an object"),
+    ("w.jsonl", '{"tok": 0, "layers": [[1, 2]]}\n{"tok": 1, "layers": [[1]]}\n', None,
+     "row 1, field 'layers': layer 0: 1 experts, but row 0 lists 2"),
+])
+def test_small_broken_logs(tmp_path, capsys, name, text, fmt, message):
+    path = tmp_path / name
+    path.write_text(text)
+    argv = [path, "--out", tmp_path / "t.parquet"] + (["--format", fmt] if fmt else [])
+    refused(tmp_path, capsys, argv, message)
