@@ -1,4 +1,4 @@
-"""Every optional extra of pyproject.toml is optional: without it, the package imports and what needs it fails in one line.
+"""Every optional extra is optional: without it, the package imports, and what needs it fails in one line.
 
 Each case runs a fresh interpreter in which the extra's modules cannot be
 imported (a finder at the front of ``sys.meta_path`` refuses them, as on a

@@ -9,9 +9,7 @@ the commit that changes it, and that commit says which entries moved and why.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,28 +63,12 @@ def test_the_traces_are_the_recorded_ones(corpus, traces):
             f"trace {name} is not the one the corpus was recorded on (synth or the trace reader changed)"
 
 
-def _run(args):
-    entry, paths = args
-    try:
-        return entry["name"], grid.numbers(grid.run_entry(entry, paths)), None
-    except Exception as exc:  # reported below, with every other entry's outcome
-        return entry["name"], None, f"{type(exc).__name__}: {exc}"
-
-
-def test_every_entry_reproduces_its_numbers(corpus, traces):
-    entries = grid.entries()
-    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
-        outcomes = list(pool.map(_run, [(e, traces) for e in entries]))
-    failures = []
-    for name, have, error in outcomes:
-        if error is not None:
-            failures.append(f"{name}: {error}")
-            continue
-        diffs = _diff(corpus["entries"][name]["numbers"], have)
-        if diffs:
-            failures.append(f"{name}: {len(diffs)} numbers differ, first: " + "; ".join(diffs[:3]))
-    assert not failures, f"{len(failures)} of {len(entries)} entries differ:\n" + "\n".join(failures)
+@pytest.mark.parametrize("name", [e["name"] for e in grid.entries()])
+def test_entry_reproduces_its_numbers(name, corpus, traces):
+    """One entry per test, so that pytest-xdist spreads the grid over the cores."""
+    entry = next(e for e in grid.entries() if e["name"] == name)
+    diffs = _diff(corpus["entries"][name]["numbers"], grid.numbers(grid.run_entry(entry, traces)))
+    assert not diffs, f"{name}: {len(diffs)} numbers differ, first: " + "; ".join(diffs[:3])
 
 
 def test_diff_finds_a_changed_number():
