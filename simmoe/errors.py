@@ -7,6 +7,8 @@ results did not hold (a bug report): exit status 3.
 
 from __future__ import annotations
 
+import functools
+
 
 class SimmoeError(Exception):
     """Bad input from the user: a missing file, a bad flag value, a bad trace."""
@@ -38,3 +40,22 @@ class CheckFailed(Exception):
     """A self-check of the tool failed: the result is wrong, please report it."""
 
     exit_status = 3
+
+
+def one_line_parser(**kwargs):
+    """An ``argparse.ArgumentParser`` whose usage errors are one line, exit 2, like every other user error.
+
+    Every simmoe command line (``simmoe``, ``python -m simmoe....``) is built from it.
+    """
+    return _one_line_class()(**kwargs)
+
+
+@functools.cache
+def _one_line_class():
+    import argparse  # here, not at the top: every process imports this module, few parse arguments
+
+    class OneLineParser(argparse.ArgumentParser):
+        def error(self, message):
+            self.exit(2, f"{self.prog}: error: {message}\n")
+
+    return OneLineParser

@@ -63,6 +63,7 @@ def bound_report(path: str, *, hardware: str | None = DEFAULT_PROFILE, slots: in
 
     ``hardware`` None: the profile follows the trace (:mod:`simmoe.cli.defaults`).
     """
+    from simmoe.hardware.model_check import check_profile_model
     from simmoe.hardware.profile import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
@@ -82,6 +83,7 @@ def bound_report(path: str, *, hardware: str | None = DEFAULT_PROFILE, slots: in
         hardware, profile = profile_for_trace(trace, say=lambda msg: print(f"simmoe bound: {msg}", file=sys.stderr))
     else:
         profile = load_profile(hardware)
+    check_profile_model(trace.geometry, profile, hardware)
     name = profile.name
     cache = slots > 0  # the cache never changes selections, only which coefficients apply
     cost = profile.cost_model(cache)

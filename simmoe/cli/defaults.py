@@ -28,17 +28,16 @@ def serving_problem(trace, profile, name: str) -> str | None:
 
     Decided by the trace alone, so that every selector of a run (and of
     another run on the same trace) sees the same profile: the model's
-    geometry (the replay's own check), and intercepts b_0..b_K for the
+    geometry (:mod:`simmoe.hardware.model_check`, every command's check), and intercepts b_0..b_K for the
     trace's K (SpecFit Eq. 4 prices subtrees of up to K nodes), with the
     cache and without.
     """
-    from simmoe.replay.engine import check_profile_geometry
+    from simmoe.hardware.model_check import geometry_problem
 
     g = trace.geometry
-    try:
-        check_profile_geometry(trace, profile, name)
-    except SimmoeError:
-        return f"{name} describes another model than the trace's ({g.name or 'unnamed'}, {g.num_layers} layers)"
+    if geometry_problem(g, profile, name) is not None:
+        return (f"{name} describes another model than the trace's ({g.name or 'unnamed'}: {g.num_layers} layers "
+                f"x {g.num_experts} experts, top-{g.top_k})")
     K = trace.pool_shape.K
     have = min(len(profile.cost_model(cache).b) for cache in (True, False))
     if have < K + 1:
@@ -81,10 +80,14 @@ def profile_for_trace(trace, *, say=None):
     problem = serving_problem(trace, profile, name)
     if problem is None:
         return name, profile
+    from simmoe.hardware.model_check import check_profile_model
+
     alt = counterpart_for(trace, profile)
+    counterpart = load_profile(alt)
+    check_profile_model(trace.geometry, counterpart, alt)   # a trace named after a model it does not match
     if say is not None:
         say(f"no --hardware given; {problem}: using {alt} (the trace's model on the same GPU and link)")
-    return alt, load_profile(alt)
+    return alt, counterpart
 
 
 def follow_trace(profile, trace, base, *, say):

@@ -166,3 +166,6 @@ def check_identifiable_trace(trace, base, path) -> None:
         raise SimmoeError(f"trace {path} has {have} layers but profile {base.name} describes a {want}-layer "
                           "model: Table 3's times are of that model, so a fit to this trace would not "
                           "describe it")
+    from simmoe.hardware.model_check import check_profile_model
+
+    check_profile_model(trace.geometry, base, base.name)    # its experts and top-k too, as every command

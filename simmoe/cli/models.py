@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from simmoe.errors import SimmoeError
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -38,6 +40,8 @@ def run(args) -> int:
     if args.wide and not console.is_terminal:
         console = make_console(width=250)
     if args.gpus:
+        if args.name is not None:
+            raise SimmoeError(f"--gpus lists every GPU and link; a model name ({args.name!r}) has no place there")
         gpus, links = load_gpus(), load_links()
         if args.json:
             print(json.dumps({"gpus": {k: vars(g) for k, g in gpus.items()},
@@ -46,7 +50,7 @@ def run(args) -> int:
         console.print(_gpu_table(gpus, wide=args.wide))
         console.print(_link_table(links))
         return 0
-    if args.name:
+    if args.name is not None:       # '' is a name too: refused, not read as "list them all"
         m = load_model(args.name)
         if args.json:
             print(json.dumps({**m.to_dict(), "derived": m.derived()}, indent=2))

@@ -256,8 +256,9 @@ def _setup(args) -> _Setup:
 
     from simmoe.cli.checks import check_replay_args
     from simmoe.cli.defaults import follow_trace
+    from simmoe.hardware.model_check import check_profile_model
     from simmoe.hardware.profile import load_profile
-    from simmoe.replay.config import ReplayConfig, check_batch, check_profile_geometry
+    from simmoe.replay.config import ReplayConfig, check_batch
     from simmoe.replay.engine import check_setting
     from simmoe.replay.selectors import parse_selectors
     from simmoe.trace.io import read_trace
@@ -281,10 +282,11 @@ def _setup(args) -> _Setup:
     check_replay_temperature(trace, temperature, args.trace)
     profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
                                                                                   file=sys.stderr))
-    check_profile_geometry(trace, profile, base.hardware)
-    from simmoe.replay.config import budget_experts
+    check_profile_model(trace.geometry, profile, base.hardware)
+    from simmoe.cli.checks import cache_budget
 
-    base = replace(base, cache_budget=budget_experts(args.cache_experts, args.cache_mib, trace)).validate()
+    base = replace(base, cache_budget=cache_budget(args.cache_experts, args.cache_mib, trace, cache=base.cache,
+                                                   resident=profile.resident)).validate()
     if base.requests is not None and base.requests > len(trace.requests):
         raise SimmoeError(f"--requests {base.requests}: the trace has only {len(trace.requests)} "
                           f"request{'s' if len(trace.requests) != 1 else ''}")

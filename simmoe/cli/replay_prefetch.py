@@ -25,8 +25,11 @@ PREFETCH_COLUMNS = tuple(COLUMNS)
 
 
 def add_arguments(p) -> None:
+    from simmoe.replay import plugins
+
+    # every registered name (entry-point metadata only: no policy module is imported for --help)
     p.add_argument("--prefetch", default="none", metavar="POLICY",
-                   help="copy predicted experts ahead of the forward: none (default), draft, next-layer, oracle, "
+                   help=f"copy predicted experts ahead of the forward: {plugins.known('prefetch')} (default none), "
                         "an installed plugin's name or module:Name (predictions from --route-accuracy's "
                         "predictor; docs/prefetch.md)")
     p.add_argument("--no-time-saved", action="store_true",

@@ -38,6 +38,7 @@ def _write_atomic(path: Path, text: str) -> None:
 def run(args) -> int:
     from simmoe.atomicio import check_outputs
     from simmoe.errors import SimmoeError
+    from simmoe.hardware.model_check import check_profile_model
     from simmoe.hardware.profile import load_profile
     from simmoe.trace.io import read_trace
     from simmoe.validation.live import (
@@ -61,11 +62,14 @@ def run(args) -> int:
     if not Path(args.trace).is_file():
         raise SimmoeError(f"no such trace file: {args.trace}")
     trace = read_trace(args.trace)
+    given = load_profile(args.hardware) if args.hardware else None
+    if given is not None:   # before the live runs are read: a profile of another model is refused first
+        check_profile_model(trace.geometry, given, args.hardware)
     lives = [read_live_passes(p.split(",")) for p in args.live]
     fits = [read_live_passes(p.split(",")) for p in args.fit] if args.fit else lives
     in_sample = not args.fit
-    if args.hardware:
-        timing = load_profile(args.hardware)
+    if given is not None:
+        timing = given
         origin = f"profile {args.hardware}"
     else:
         timing = fit_timing(fits, name="fitted-live")

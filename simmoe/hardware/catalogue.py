@@ -422,6 +422,32 @@ def model_names() -> list[str]:
     return list(load_models())
 
 
+_BLANKS = {" ": "a blank", "\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
+
+
+def blank_problem(text: str) -> str | None:
+    """Where a name holds whitespace (``"starts with a blank"``), or None: names of models, GPUs, links and
+    profiles hold none, and a pasted name often carries a blank or a newline that no message would show."""
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            what = _BLANKS.get(ch, f"whitespace (U+{ord(ch):04X})")
+            if i == 0:
+                return f"starts with {what}"
+            if not text[i:].strip():
+                return f"ends with {what}"
+            return f"holds {what} at character {i + 1}"
+    return None
+
+
+def check_name(text: str, what: str, error: type[SimmoeError] = SimmoeError) -> None:
+    """Refuse an empty ``what`` name, or one holding whitespace, pointing at it (one line, exit 2)."""
+    if not text:
+        raise error(f"empty {what} name")
+    problem = blank_problem(text)
+    if problem is not None:
+        raise error(f"{what} {text!r} {problem}: names hold no whitespace")
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A catalogue model by key (or by its ``name``/``hf_id``), or the only/first model of a ``.toml`` file.
 
@@ -429,6 +455,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     """
     text = str(name_or_path)
     file_part, _, key = text.partition(".toml:")
+    if not (text.endswith(".toml") or key):
+        check_name(text, "model", CatalogueError)
     if text.endswith(".toml") or key:
         path = file_part + ".toml" if key else text
         models = load_models(path)

@@ -348,7 +348,7 @@ def is_physical_name(name: str) -> bool:
 
 
 def parse_spec(name: str) -> dict:
-    m = _SPEC.match(str(name))
+    m = _SPEC.fullmatch(str(name))   # not match: `$` also matches before a trailing newline
     if not m:
         raise ProfileError(f"bad physical profile name {name!r}: write MODEL@GPU[:tpN][+LINK][~SETTING] "
                            "(simmoe models, simmoe models --gpus)")

@@ -309,6 +309,7 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
     text = str(name_or_path)
     if not text.strip():        # Path("") is ".", which would be refused as a folder
         raise ProfileError(f"empty hardware profile name; shipped: {', '.join(list_profiles())}")
+    _check_blanks(text)
     if "@" in text and not text.endswith(".toml"):
         return build_profile(text)
     path = Path(text)
@@ -330,6 +331,22 @@ def load_profile(name_or_path: str | os.PathLike) -> HardwareProfile:
         raise ProfileError(f"{path}: not a text file") from None
     prof = from_dict(doc, origin=str(path))
     return replace(prof, path=str(path))
+
+
+def _check_blanks(text: str) -> None:
+    """Refuse whitespace in a profile name, pointing at it (a pasted name's newline is invisible in any
+    message); a path may hold blanks, but not at its ends unless such a file exists."""
+    from simmoe.hardware.catalogue import blank_problem
+
+    if "@" in text or not (text.endswith(".toml") or os.sep in text):
+        problem, rule = blank_problem(text), "profile names hold no whitespace"
+    elif text != text.strip() and not Path(text).exists():
+        core = text.strip()     # only the ends count: the path's own blanks are the user's
+        problem, rule = blank_problem(text.replace(core, "x", 1)), "a path holds none at its ends"
+    else:
+        return
+    if problem is not None:
+        raise ProfileError(f"hardware profile {text!r} {problem}: {rule}")
 
 
 def build_profile(name: str) -> HardwareProfile:

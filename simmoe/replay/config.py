@@ -284,22 +284,10 @@ def check_batch(batch, requests: int) -> int:
 
 
 def check_profile_geometry(trace, profile, name: str) -> None:
-    """Refuse a profile made for a model with another number of layers than the trace's.
+    """Refuse a profile made for another model than the trace's (:mod:`simmoe.hardware.model_check`)."""
+    from simmoe.hardware.model_check import check_profile_model
 
-    A profile's timing (non-expert forward time, copies per layer) belongs to one
-    model; ``num_layers = 0`` in a profile means "not stated" and is accepted.
-    """
-    want = int(getattr(profile, "num_layers", 0) or 0)
-    have = int(trace.geometry.num_layers)
-    phys = getattr(profile, "physical", None)  # a physical profile knows its model's experts too
-    g = trace.geometry
-    if phys is not None and (phys.model.trace_experts, phys.model.trace_top_k) != (g.num_experts, g.top_k):
-        raise SimmoeError(f"profile {name} is {phys.model.name} ({phys.model.trace_experts} experts, "
-                          f"top-{phys.model.trace_top_k}) but the trace routes to {g.num_experts} experts, "
-                          f"top-{g.top_k}; name the trace's model in the profile (simmoe models)")
-    if want and want != have:
-        raise SimmoeError(f"profile {name} describes a {want}-layer model but the trace has {have} "
-                          "layers; use a profile of this model (simmoe fit or hwprobe calibrate)")
+    check_profile_model(trace.geometry, profile, name)
 
 
 def check_budget(trace, config: ReplayConfig) -> None:

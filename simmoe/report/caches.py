@@ -25,13 +25,12 @@ so the report is the same on every run.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
 from pathlib import Path
 
-from simmoe.errors import SimmoeError
+from simmoe.errors import SimmoeError, one_line_parser
 from simmoe.progress import bar as progress_bar
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -193,7 +192,7 @@ def _trace_section(df, m: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m simmoe.report.caches", description=__doc__.split("\n\n")[0])
+    p = one_line_parser(prog="python -m simmoe.report.caches", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="reports/caches.md", help="the report (figures and rows.csv beside it)")
     p.add_argument("--quick", action="store_true", help="fewer requests and two sizes (a check, minutes)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
