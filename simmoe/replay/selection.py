@@ -279,7 +279,7 @@ def _node_ids(who: str, raw, n: int, K: int) -> np.ndarray:
         raise SimmoeError(f"{who}: nodes must be a 1-D list of ids, got shape {ids.shape}")
     if ids.size and ids.dtype.kind not in "iu":
         what = "a bool mask" if ids.dtype.kind == "b" else f"{ids.dtype} values"
-        raise SimmoeError(f"{who}: nodes are {what}, not integer ids (nodes[0] = {ids[0]!r})")
+        raise SimmoeError(f"{who}: nodes are {what}, not integer ids (nodes[0] = {ids[0].item()!r})")
     ids = ids.astype(np.int64)      # a copy: the selector keeps no handle on what the replay records
     outside = np.flatnonzero((ids < 0) | (ids >= n))
     if len(outside):
