@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -174,7 +175,8 @@ def first_calls(seed: int, nodes: int, count: int, best: list[float]) -> None:
 def rows(seed: int, count: int, fresh: int, base=None) -> None:
     """Every row of the module docstring."""
     print(f"\nHeld-out family {FAMILY}: K = 32, b_k = 100 + 0.4k + 0.006k² ms, β = 0.01 ms; "
-          f"{count} pools of each size (seed {seed}), cold per-pool caches")
+          f"{count} pools of each size (seed {seed}), cold per-pool caches; "
+          f"{_load()}")
     preload()
     warm = Pool.from_routes(*_arrays(seed + 1000, 64, 1)[0])      # the process's first flow
     select_exact(warm, 32, family_cost(FAMILY, 32))
@@ -189,3 +191,9 @@ def rows(seed: int, count: int, fresh: int, base=None) -> None:
         gc.unfreeze()
         if fresh:
             first_calls(seed, nodes, min(fresh, count), best)
+    print(f"  at the end: {_load()}")
+
+
+def _load() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} CPUs, load average {load:.1f}"

@@ -196,9 +196,9 @@ class Late(Exception):
 #: the cover of a pool, ...), learned from the steps timed so far in this process, and
 #: the fixed part of each step in the same units
 _RATES = {"cover": 1e-8, "flow": 3e-7, "trim": 1e-8, "dominance": 1e-8, "milp": 3e-6,
-          "model": 2e-6, "cpsat": 1e-5}
+          "model": 2e-6, "cpsat": 1e-5, "classes": 2e-8}
 _FIXED = {"cover": 20_000.0, "flow": 1_000.0, "trim": 10_000.0, "dominance": 20_000.0,
-          "milp": 1_000.0, "model": 1_000.0, "cpsat": 1_000.0}
+          "milp": 1_000.0, "model": 1_000.0, "cpsat": 1_000.0, "classes": 10_000.0}
 
 #: seconds by which a solver that looks at its own clock (HiGHS, CP-SAT) overran the time
 #: it was given lately, learned in this process: it is then given that much less
@@ -300,7 +300,7 @@ class SearchState:
         rate = _RATES[kind]
         if time.perf_counter() + rate * (units + _FIXED[kind]) + import_seconds(kind) <= end:
             return True
-        _RATES[kind] = 0.99 * rate      # one slow step must not refuse all later ones
+        _RATES[kind] = 0.95 * rate      # one slow step must not refuse all later ones
         return False
 
     def give(self, kind: str, until: float | None = None) -> float | None:
@@ -322,7 +322,11 @@ class SearchState:
     def learn(self, kind: str, units: float, seconds: float) -> None:
         """Record the time of a step of ``units`` work."""
         units += _FIXED[kind]
-        _RATES[kind] = max(seconds / units, 0.8 * _RATES[kind])
+        # the slowest recent rate, but one step may at most double it: a step that waited
+        # for the CPU (17 ms for a 0.7 ms cover on the loaded 2-CPU machine) must not make
+        # every later short limit refuse that step
+        rate = _RATES[kind]
+        _RATES[kind] = max(min(seconds / units, 2.0 * rate), 0.8 * rate)
 
     def paced(self, kind: str, units: float, fn, *args):
         """``fn(*args)``, unless the step (``units`` of work of this ``kind``) would end past

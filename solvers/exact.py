@@ -42,7 +42,9 @@ Exact methods, all returning the unique winner of §3.3's tie rule:
   states, and so on until one finishes.  All are exact and return the same
   tie-rule winner; ``Selection.method`` names the one that answered.
   ``time_limit`` counts from the call (``Selection.exact`` False and
-  ``upper_bound`` certified when it stops the selection).
+  ``upper_bound`` certified when it stops the selection); a step that would end
+  past it, its first import included, is not started (:mod:`solvers.canonical`;
+  :func:`solvers.preload` does the imports before the clock matters).
 
 :func:`branch_and_bound_linear` / :func:`select_max_linear` run the same
 methods for max R̂ − λT̂ with λ fixed and the incumbent's value as the target.
@@ -71,6 +73,7 @@ from solvers.canonical import (
     MILP,
     REL_TOL,
     UNIFORM,
+    Late,
     SearchState,
     SearchView,
     beats,
@@ -176,7 +179,13 @@ def _portfolio(st: SearchState) -> Selection:
         if not st.by_budget:
             return _stopped(st, prep.upper, CLOSURE_SEARCH)
         sub, ids = useful_pool(st, prep)
-        classes = holder_classes(sub)[1].size if sub.n else 0
+        try:        # O(n·U) numpy work: 3 ms on a whole 200-node pool
+            units = float(sub.n * max(1, max(m.bit_length() for m in sub.masks) >> 3)) \
+                if sub.n else 0.0
+            classes = st.paced("classes", units, holder_classes, sub)[1].size if sub.n else 0
+        except Late:
+            use_milp = False    # no time for the solvers: the search alone until the deadline
+            continue
         # a small model: CP-SAT first (it enumerates symmetric near-ties at once) and
         # without a round's cap (a cut-off run restarts from nothing: racing it cost 2-5x on
         # Prop. 2's CLIQUE pools, where it needs 0.1-0.8 s); the other solver only where
@@ -452,7 +461,8 @@ def select_exact(pool: Pool, K: int, cost: CostModel, *, start=None,
     selection, the result is the best subtree found with ``exact=False`` and
     ``upper_bound`` a proven upper bound on the optimal ratio; otherwise
     ``exact=True`` and ``upper_bound`` is the ratio.  ``method``: the search that
-    answered (module docstring, ``_exact``).
+    answered (module docstring, ``_exact``).  A limit shorter than a method's first
+    import skips that method: call :func:`solvers.preload` once before the clock matters.
     """
     t0 = 0.0 if time_limit is None else time.perf_counter()
     K = check_K(pool, K, cost)
