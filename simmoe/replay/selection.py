@@ -168,6 +168,8 @@ class SelectionStage:
             return
         from solvers.errors import InvalidInput
 
+        if self.checked:        # an outside plugin sees the trace read-only, its verdicts only if it declares them
+            trace = plugin_trace(trace, self.flags["reads_verdicts"])
         try:
             self.selector.prepare(trace, num_requests, views_at)
         except InvalidInput as exc:
@@ -224,6 +226,31 @@ class SelectionStage:
 
             self._available = (available, read_only_available)
         return self._available[1]
+
+
+# the trace's columns that carry the target's verdicts (greedy agreement; the target's distribution at T > 0)
+VERDICT_COLUMNS = ("node_agree", "node_target_prob", "node_target_cdf")
+
+
+def plugin_trace(trace, reads_verdicts: bool):
+    """``trace`` as an outside selector's ``prepare`` sees it: every array read-only, a copy of its meta,
+    and its verdict columns (:data:`VERDICT_COLUMNS`) only if the selector declares ``reads_verdicts``.
+
+    A shallow copy: O(columns), no array is copied.
+    """
+    import copy
+
+    out, requests = copy.copy(trace), copy.copy(trace.requests)
+    for obj in (out, requests):
+        for name, value in list(vars(obj).items()):     # the dataclass fields and cached arrays alike
+            if isinstance(value, np.ndarray):
+                object.__setattr__(obj, name, _read_only(value))
+    object.__setattr__(out, "requests", requests)
+    object.__setattr__(out, "meta", copy.deepcopy(trace.meta))
+    if not reads_verdicts:
+        for name in VERDICT_COLUMNS:
+            object.__setattr__(out, name, Undeclared(f"trace.{name}", "reads_verdicts"))
+    return out
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

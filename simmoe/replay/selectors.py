@@ -288,6 +288,8 @@ class Optimal(Selector):
     summary = "Dinkelbach lambda* over the trace, then argmax R - lambda* T per cycle"
     uses_cost = True
     needs_prepare = True
+    # λ* is fitted in hindsight to the cycles SpecFit drafts on this trace, which the verdicts decide
+    reads_verdicts = True
 
     def __init__(self, context):
         super().__init__(context)

@@ -128,6 +128,30 @@ class PeekInPrepare(TopK):
         views_at([0])[0].agree.sum()
 
 
+class PeekTraceInPrepare(TopK):
+    name = "peek-trace-prepare"
+    needs_prepare = True
+
+    def prepare(self, trace, num_requests, views_at):
+        trace.node_agree.sum()
+
+
+class WriteTraceInPrepare(TopK):
+    name = "write-trace-prepare"
+    needs_prepare = True
+
+    def prepare(self, trace, num_requests, views_at):
+        trace.node_routes[:] = 0
+
+
+class OracleReadsTraceInPrepare(MyOracle):
+    name = "oracle-trace-prepare"
+    needs_prepare = True
+
+    def prepare(self, trace, num_requests, views_at):
+        self.accepted = int(trace.node_agree.sum())
+
+
 class Bad(TopK):
     def select(self, view):
         top_nodes, d = top(view, self.K), view.depth
@@ -225,6 +249,7 @@ def test_every_array_of_a_view_is_read_only_and_predictions_too(trace):
     ("PeekCost", "view.cost", "uses_cost"),
     ("PeekContextCost", "context.cost", "uses_cost"),
     ("PeekInPrepare", "view.agree", "reads_verdicts"),
+    ("PeekTraceInPrepare", "trace.node_agree", "reads_verdicts"),
 ])
 def test_reading_what_a_selector_did_not_declare_names_what_to_declare(trace, cls, what, declare):
     with pytest.raises(SimmoeError) as exc:
@@ -236,6 +261,18 @@ def test_reading_what_a_selector_did_not_declare_names_what_to_declare(trace, cl
 
 def test_a_declared_oracle_gets_the_verdicts_and_matches_the_built_in_one(trace):
     same_cycles(run(trace, spec("MyOracle")), run(trace, "oracle"))
+    same_cycles(run(trace, spec("OracleReadsTraceInPrepare")), run(trace, "oracle"))
+
+
+def test_the_trace_handed_to_prepare_is_read_only(trace):
+    before, eagle3 = _columns(trace), run(trace, "eagle3")
+    with pytest.raises(SimmoeError) as exc:
+        run(trace, spec("WriteTraceInPrepare"))
+    line = one_line(exc)
+    assert spec("WriteTraceInPrepare") in line and "read-only" in line and "prepare" in line
+    for f, col in before.items():
+        assert np.array_equal(getattr(trace, f), col), f
+    same_cycles(run(trace, "eagle3"), eagle3)
 
 
 @pytest.mark.parametrize("use", [len, bool, iter, np.asarray, lambda g: g[0], lambda g: g.sum(),
