@@ -37,12 +37,16 @@ def write_atomic(path, write: Callable[[str], object]) -> Path:
     check_writable(path)
     folder = path.parent if str(path.parent) else Path(".")
     remove_stale_temps(path)
+    from simmoe.interrupt import checkpoint, deferred
+
+    with deferred(act=False):   # a signal lands in the try below, which removes the temp file, never before it
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+        except OSError as exc:
+            raise SimmoeError(f"cannot write {path}: {exc.strerror or exc}") from None
+        os.close(fd)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise SimmoeError(f"cannot write {path}: {exc.strerror or exc}") from None
-    os.close(fd)
-    try:
+        checkpoint()
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)

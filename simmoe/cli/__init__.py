@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from simmoe import __version__
-from simmoe.errors import CheckFailed, SimmoeError, one_line_parser
+from simmoe.errors import CheckFailed, SimmoeError
 
 # Order is the order of `simmoe --help`.
 COMMANDS = [
@@ -31,21 +31,26 @@ COMMANDS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other user error
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = one_line_parser(
+    parser = _Parser(
         prog="simmoe",
         description="Simulate speculative decoding on Mixture-of-Experts models "
         "with offloaded experts: replay traces under any selector, cache and hardware.",
     )
     parser.add_argument("--version", action="version", version=f"simmoe {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(parser))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"simmoe.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from simmoe.interrupt import acknowledge, interrupt_once
+    from simmoe.interrupt import acknowledge, exit_status, interrupt_once, leave, what
 
     name = "simmoe"
     try:
@@ -66,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"{name}: error: no such file: {exc.filename}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # SIGINT: 130; SIGTERM (simmoe.interrupt.Terminated): 143
         acknowledge()
-        print(f"{name}: interrupted", file=sys.stderr)
-        return 130
+        print(f"{name}: {what(exc)}", file=sys.stderr)
+        if argv is None:    # the program itself: leave now (simmoe.interrupt.leave says why)
+            leave(exit_status(exc))
+        return exit_status(exc)
 
 
 def not_implemented(name: str, issue: str):

@@ -32,7 +32,7 @@ def register(sub) -> None:
         description="Replay every combination of traces x selectors x slots x cache policies x "
         "hardware profiles x route accuracies in worker processes and write one tidy table "
         "(CSV or parquet by the output's extension), one row per configuration, with the "
-        "speedup over AR without a cache on the same trace and profile.  Ctrl-C keeps the rows "
+        "speedup over AR without a cache on the same trace and profile.  Ctrl-C (or SIGTERM) keeps the rows "
         "finished so far in OUT; rerunning the same command runs only the missing ones.")
     p.add_argument("traces", nargs="+", help="trace files (.parquet)")
     p.add_argument("-o", "--out", required=True, help="output table (.csv or .parquet)")
@@ -79,14 +79,17 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from simmoe.sweep.grid import SweepInterrupted
+    from simmoe.sweep.grid import SweepInterrupted, SweepWorkerDied
 
     grid, configs, workers = _setup(args)
     old, todo = _resume(args, configs)
     try:
         frame, failures = _run_todo(args, grid, todo, workers) if todo else (old, [])
-    except SweepInterrupted as stop:
-        return _save_interrupted(args, old, stop)
+    except SweepInterrupted as stop:  # SIGINT or SIGTERM: one line, 130 or 143
+        print(f"simmoe sweep: {stop.what}; {_keep(args, old, stop.frame, stop.total)}", file=sys.stderr)
+        return stop.status
+    except SweepWorkerDied as died:
+        raise SimmoeError(f"{died}; {_keep(args, old, died.frame, died.total, rest='')}") from None
     if todo and old is not None and len(old):
         import pandas as pd
 
@@ -100,35 +103,13 @@ def run(args) -> int:
         print_summary(frame, limit=args.show)
     print(f"{len(configs) - len(failures)} configurations -> {args.out}"
           + (" (SYNTHETIC traces among the inputs: results are synthetic)" if synthetic else ""))
-    return _report_failures(failures, len(configs), args.out) if failures else 0
-
-
-def _report_failures(failures, total: int, out) -> int:
-    """Failed configurations: one line and exit 2 when each was refused as bad input (a plugin that
-    raises, a setting the replay refuses: rerunning would fail the same way); otherwise every failure,
-    one line each, and exit 1 (a rerun runs only the missing ones)."""
-    if all(_bad_input(f.error) for f in failures):
-        first = failures[0]
-        done = total - len(failures)
-        raise SimmoeError(f"{_what(first.trace, first.config)}: {first.error.partition(': ')[2]}"
-                          + (f" ({len(failures)} of {total} configurations failed"
-                             + (f"; {done} finished, kept in {out})" if done else ")") if total > 1 else ""))
     for f in failures:
         print(f"sweep: failed: {_what(f.trace, f.config)}: {f.error}", file=sys.stderr)
-    print(f"sweep: {len(failures)} configuration(s) failed; a rerun runs only the missing ones",
-          file=sys.stderr)
-    return 1
-
-
-def _bad_input(error: str) -> bool:
-    """Whether a failure's ``Type: message`` (as :func:`simmoe.sweep.grid.replay_task` reports it) is a
-    :class:`SimmoeError`, i.e. bad input rather than a fault of simmoe."""
-    names, todo = set(), [SimmoeError]
-    while todo:
-        cls = todo.pop()
-        names.add(cls.__name__)
-        todo.extend(cls.__subclasses__())
-    return error.partition(": ")[0] in names
+    if failures:
+        print(f"sweep: {len(failures)} configuration(s) failed; a rerun runs only the missing ones",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def _setup(args):
@@ -170,28 +151,7 @@ def _setup(args):
     configs = grid.configs()  # validates every axis (and loads every profile) before any work
     if pairs is not None:     # each trace on the profile that follows it
         configs = [(t, c) for t, c in configs if (t, c.hardware) in pairs]
-    _check_configs(configs, several=len(args.traces) > 1)
     return grid, configs, workers
-
-
-def _check_configs(configs, *, several: bool) -> None:
-    """What ``simmoe replay`` refuses, refused here before any work, in one line: a profile of another
-    model than its trace's, a combination of stages without meaning, a cache policy that cannot serve."""
-    from simmoe.hardware.model_check import check_profile_model
-    from simmoe.hardware.profile import load_profile
-    from simmoe.replay.engine import check_setting
-    from simmoe.sweep.grid import cached_trace
-
-    profiles: dict = {}
-    for path, cfg in configs:
-        trace = cached_trace(str(path))
-        if cfg.hardware not in profiles:
-            profiles[cfg.hardware] = load_profile(cfg.hardware)
-        try:
-            check_profile_model(trace.geometry, profiles[cfg.hardware], cfg.hardware)
-            check_setting(trace, cfg, profiles[cfg.hardware])
-        except SimmoeError as exc:
-            raise SimmoeError(f"{Path(path).name}: {exc}" if several else str(exc)) from None
 
 
 def _hardware_axis(args):
@@ -261,26 +221,22 @@ def _progress_bar(disabled: bool):
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
-def _save_interrupted(args, old, stop) -> int:
-    """Ctrl-C: keep the rows finished so far (with those already in OUT) for a rerun; one line, 130."""
+def _keep(args, old, frame, total: int, *, rest: str = ": the same command runs the rest") -> str:
+    """Keep the rows finished so far (with those already in OUT) for a rerun; what became of them, briefly."""
     from simmoe.sweep.grid import write_table
 
-    frame = stop.frame
+    kept = len(frame)
     if old is not None and len(old):
         import pandas as pd
 
-        frame = pd.concat([old, frame], ignore_index=True) if len(frame) else old
-    kept = len(stop.frame)
+        frame = pd.concat([old, frame], ignore_index=True) if kept else old
     if kept and args.overwrite and Path(args.out).exists():   # the previous rows are not replaced by a part
-        print(f"simmoe sweep: interrupted; {kept} of {stop.total} configurations finished, not written: "
-              f"--overwrite leaves {args.out} as it was", file=sys.stderr)
-        return 130
-    if kept:
-        write_table(frame, args.out)
-    print(f"simmoe sweep: interrupted; {kept} of {stop.total} configurations "
-          + (f"kept in {args.out}: the same command runs the rest" if kept else "finished, nothing written"),
-          file=sys.stderr)
-    return 130
+        return (f"{kept} of {total} configurations finished, not written: --overwrite leaves {args.out} "
+                "as it was")
+    if not kept:
+        return f"0 of {total} configurations finished, nothing written"
+    write_table(frame, args.out)
+    return f"{kept} of {total} configurations kept in {args.out}{rest}"
 
 
 SUMMARY_COLUMNS = (  # (column of the table, header, format)

@@ -82,8 +82,7 @@ class Grid:
         """The fixed selector ms of ``selector`` on profile ``hardware`` (None: measured)."""
         if self.selector_ms != "model":
             return self.selector_ms  # type: ignore[return-value]
-        # a plugin need not declare uses_cost (simmoe.api): undeclared is False, as simmoe replay reads it
-        return float(_profile(hardware).selector_ms) if getattr(SELECTORS[selector], "uses_cost", False) else 0.0
+        return float(_profile(hardware).selector_ms) if SELECTORS[selector].uses_cost else 0.0
 
 
 # -- workers --------------------------------------------------------------------
@@ -188,15 +187,25 @@ def tasks_of(configs: Sequence[tuple[str, ReplayConfig]]) -> list[tuple[str, lis
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :func:`run_sweep`, with the rows finished so far (``frame``) to keep for a resume.
+    """SIGINT or SIGTERM during :func:`run_sweep`, with the rows finished so far (``frame``) to keep for a resume.
 
     ``frame`` holds every finished configuration whose AR-without-cache
     baseline finished too (so its speedup is known); ``total`` counts the
-    configurations asked for.
+    configurations asked for; ``status`` is the exit status (130 SIGINT, 143
+    SIGTERM) and ``what`` the word for it.
     """
 
-    def __init__(self, frame, total: int):
+    def __init__(self, frame, total: int, status: int = 130, what: str = "interrupted"):
         super().__init__()
+        self.frame, self.total, self.status, self.what = frame, total, status, what
+
+
+class SweepWorkerDied(SimmoeError):
+    """A worker process died during :func:`run_sweep`: the message names the task; ``frame`` and
+    ``total`` as :class:`SweepInterrupted`'s, the finished rows kept for a resume."""
+
+    def __init__(self, message: str, frame, total: int):
+        super().__init__(message)
         self.frame, self.total = frame, total
 
 
@@ -204,7 +213,7 @@ def task_order(tasks):
     """AR tasks first (cheap; every row's speedup needs their baseline), then the exact searches (slow)."""
     def rank(task):
         sel = SELECTORS[task[1][0].selector]
-        return 0 if task[1][0].selector == "ar" else (1 if getattr(sel, "uses_cost", False) else 2)
+        return 0 if task[1][0].selector == "ar" else (1 if sel.uses_cost else 2)
     return sorted(tasks, key=rank)
 
 
@@ -216,16 +225,17 @@ def run_sweep(grid: Grid, *, workers: int = 1,
     ``frame``: a pandas DataFrame, one row per configuration that ran, in
     grid order; ``speedup`` is over AR without a cache (same trace, profile,
     timing, seed).  ``failures``: a :class:`Failure` for each configuration
-    whose replay raised (or whose worker process died); the rest complete.
+    whose replay raised; the rest complete.
     ``workers > 1`` runs tasks in that many processes
     (:func:`simmoe.replay.workers.run_pooled`).  ``configs`` (a subset of
     ``grid.configs()``, e.g. those not yet in an output table) replaces the
-    whole grid.  Ctrl-C raises :class:`SweepInterrupted` with the finished rows.
+    whole grid.  Ctrl-C or SIGTERM raises :class:`SweepInterrupted` with the
+    finished rows, a worker process's death :class:`SweepWorkerDied` with them.
     """
     import pandas as pd
 
-    from simmoe.interrupt import acknowledge
-    from simmoe.replay.workers import fork_available, run_pooled
+    from simmoe.interrupt import acknowledge, exit_status, pause_point, what
+    from simmoe.replay.workers import WorkerDied, describe, fork_available, run_pooled
 
     configs = grid.configs() if configs is None else list(configs)
     if not configs:
@@ -239,7 +249,7 @@ def run_sweep(grid: Grid, *, workers: int = 1,
     def collect(j, outcome, error):
         nonlocal done
         path, cfgs = tasks[j]
-        if error is not None:  # the worker process died (BrokenProcessPool) or could not pickle
+        if error is not None:  # the task could not run (its arguments or results could not be pickled)
             outcome = [(c, None, f"{type(error).__name__}: {error}") for c in cfgs]
         for cfg, row, err in outcome:
             if err is None:
@@ -249,6 +259,8 @@ def run_sweep(grid: Grid, *, workers: int = 1,
         done += 1
         if progress is not None:
             progress(done, len(tasks))
+        if any(c.selector == "ar" for c in cfgs):    # the baselines are in: rows are kept from now on
+            pause_point("sweep-row")
 
     try:
         if workers == 1 or len(tasks) == 1:
@@ -258,11 +270,20 @@ def run_sweep(grid: Grid, *, workers: int = 1,
             for path in {p for p, _ in configs}:  # forked workers inherit the traces read here
                 cached_trace(str(path))
             run_pooled(run_task, tasks, workers, collect, fork=fork_available())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         acknowledge()
-        finished = [(p, c) for p, c in configs if (p, c) in results and (p, ar_baseline(c)) in results]
-        raise SweepInterrupted(assemble(finished, results, {})[0], len(configs)) from None
+        raise SweepInterrupted(_finished(configs, results), len(configs), exit_status(exc), what(exc)) from None
+    except WorkerDied as exc:
+        task = "" if exc.index is None else f" while replaying {Path(tasks[exc.index][0]).name}: " + \
+            describe(tasks[exc.index][1])
+        raise SweepWorkerDied(f"{exc}{task}", _finished(configs, results), len(configs)) from None
     return assemble(configs, results, failures)
+
+
+def _finished(configs, results):
+    """The table of the finished configurations whose AR baseline finished too (their speedup is known)."""
+    return assemble([(p, c) for p, c in configs if (p, c) in results and (p, ar_baseline(c)) in results],
+                    results, {})[0]
 
 
 # -- resuming: which configurations a table already holds ---------------------------
