@@ -19,6 +19,9 @@ time both engines give identical tables.
   ``"ray://host:10001"``, ``"host:6379"``) joins an existing cluster, whose
   nodes need simmoe installed.  Traces travel through the object store, so
   workers need no shared file system.
+- Signals: SIGINT or SIGTERM is acted on within half a second (the waits are
+  short) and shuts down the local runtime this call started, its workers
+  with it (exit 130 or 143, one line, as the local engine).
 
 Scaling: a task's cost is its plan (selection) plus one cache-and-timing
 pass per configuration; tasks are independent, so with W workers the wall
@@ -97,7 +100,9 @@ def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = 
                    for path, cfgs in tasks}
         done = 0
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            # short waits: Ray's wait blocks in C++, where a SIGINT or SIGTERM (raised as the
+            # interruption, simmoe.interrupt) would wait for the next task to finish
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
                 path, cfgs = pending.pop(ref)
                 try:
