@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from simmoe import __version__
-from simmoe.errors import CheckFailed, SimmoeError
+from simmoe.errors import CheckFailed, SimmoeError, one_line_parser
 
 # Order is the order of `simmoe --help`.
 COMMANDS = [
@@ -31,19 +31,14 @@ COMMANDS = [
 ]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, like every other user error
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = one_line_parser(
         prog="simmoe",
         description="Simulate speculative decoding on Mixture-of-Experts models "
         "with offloaded experts: replay traces under any selector, cache and hardware.",
     )
     parser.add_argument("--version", action="version", version=f"simmoe {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=type(parser))
     for name in COMMANDS:
         importlib.import_module(f"simmoe.cli.{name}").register(sub)
     return parser

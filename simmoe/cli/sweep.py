@@ -103,13 +103,35 @@ def run(args) -> int:
         print_summary(frame, limit=args.show)
     print(f"{len(configs) - len(failures)} configurations -> {args.out}"
           + (" (SYNTHETIC traces among the inputs: results are synthetic)" if synthetic else ""))
+    return _report_failures(failures, len(configs), args.out) if failures else 0
+
+
+def _report_failures(failures, total: int, out) -> int:
+    """Failed configurations: one line and exit 2 when each was refused as bad input (a plugin that
+    raises, a setting the replay refuses: rerunning would fail the same way); otherwise every failure,
+    one line each, and exit 1 (a rerun runs only the missing ones)."""
+    if all(_bad_input(f.error) for f in failures):
+        first = failures[0]
+        done = total - len(failures)
+        raise SimmoeError(f"{_what(first.trace, first.config)}: {first.error.partition(': ')[2]}"
+                          + (f" ({len(failures)} of {total} configurations failed"
+                             + (f"; {done} finished, kept in {out})" if done else ")") if total > 1 else ""))
     for f in failures:
         print(f"sweep: failed: {_what(f.trace, f.config)}: {f.error}", file=sys.stderr)
-    if failures:
-        print(f"sweep: {len(failures)} configuration(s) failed; a rerun runs only the missing ones",
-              file=sys.stderr)
-        return 1
-    return 0
+    print(f"sweep: {len(failures)} configuration(s) failed; a rerun runs only the missing ones",
+          file=sys.stderr)
+    return 1
+
+
+def _bad_input(error: str) -> bool:
+    """Whether a failure's ``Type: message`` (as :func:`simmoe.sweep.grid.replay_task` reports it) is a
+    :class:`SimmoeError`, i.e. bad input rather than a fault of simmoe."""
+    names, todo = set(), [SimmoeError]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return error.partition(": ")[0] in names
 
 
 def _setup(args):
@@ -151,7 +173,28 @@ def _setup(args):
     configs = grid.configs()  # validates every axis (and loads every profile) before any work
     if pairs is not None:     # each trace on the profile that follows it
         configs = [(t, c) for t, c in configs if (t, c.hardware) in pairs]
+    _check_configs(configs, several=len(args.traces) > 1)
     return grid, configs, workers
+
+
+def _check_configs(configs, *, several: bool) -> None:
+    """What ``simmoe replay`` refuses, refused here before any work, in one line: a profile of another
+    model than its trace's, a combination of stages without meaning, a cache policy that cannot serve."""
+    from simmoe.hardware.model_check import check_profile_model
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.engine import check_setting
+    from simmoe.sweep.grid import cached_trace
+
+    profiles: dict = {}
+    for path, cfg in configs:
+        trace = cached_trace(str(path))
+        if cfg.hardware not in profiles:
+            profiles[cfg.hardware] = load_profile(cfg.hardware)
+        try:
+            check_profile_model(trace.geometry, profiles[cfg.hardware], cfg.hardware)
+            check_setting(trace, cfg, profiles[cfg.hardware])
+        except SimmoeError as exc:
+            raise SimmoeError(f"{Path(path).name}: {exc}" if several else str(exc)) from None
 
 
 def _hardware_axis(args):

@@ -82,7 +82,8 @@ class Grid:
         """The fixed selector ms of ``selector`` on profile ``hardware`` (None: measured)."""
         if self.selector_ms != "model":
             return self.selector_ms  # type: ignore[return-value]
-        return float(_profile(hardware).selector_ms) if SELECTORS[selector].uses_cost else 0.0
+        # a plugin need not declare uses_cost (simmoe.api): undeclared is False, as simmoe replay reads it
+        return float(_profile(hardware).selector_ms) if getattr(SELECTORS[selector], "uses_cost", False) else 0.0
 
 
 # -- workers --------------------------------------------------------------------
@@ -213,7 +214,7 @@ def task_order(tasks):
     """AR tasks first (cheap; every row's speedup needs their baseline), then the exact searches (slow)."""
     def rank(task):
         sel = SELECTORS[task[1][0].selector]
-        return 0 if task[1][0].selector == "ar" else (1 if sel.uses_cost else 2)
+        return 0 if task[1][0].selector == "ar" else (1 if getattr(sel, "uses_cost", False) else 2)
     return sorted(tasks, key=rank)
 
 
