@@ -36,8 +36,9 @@ def _pool_threads() -> list[str]:
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"),
                                                (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_to_the_main_process_alone_ends_the_workers(tmp_path, monkeypatch, capsys, sig, status, word):
-    timeline = tmp_path / "tl.json"
-    r = signal_in_process([*REPLAY, "--timeline", str(timeline)], tmp_path, monkeypatch, point="worker", sig=sig)
+    # the setting of a hang once seen: batched, prefetching, a timeline (large results from the workers)
+    argv = [*REPLAY, "--batch", "2", "--prefetch", "draft", "--timeline", str(tmp_path / "tl.json")]
+    r = signal_in_process(argv, tmp_path, monkeypatch, point="worker", sig=sig)
     assert r["rc"] == status and r["seconds"] < PROMPT_S, r
     assert capsys.readouterr().err == f"simmoe replay: {word}\n"
     assert multiprocessing.active_children() == []          # killed and reaped, not left to the exit
@@ -53,14 +54,14 @@ def test_sigterm_to_the_process_group_is_one_line_143_and_leaves_nothing(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ready-worker"]
 
 
-def test_a_second_sigint_during_the_cleanup_changes_nothing(tmp_path):
-    def again(proc):
+def test_ctrl_c_twice_from_a_terminal_is_one_line_130(tmp_path):
+    def again(proc):              # a second Ctrl-C while the first one is cleaned up
         try:
-            os.kill(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, signal.SIGINT)
         except ProcessLookupError:
             pass
 
-    r = signal_command(REPLAY, tmp_path, point="worker", then=again)
+    r = signal_command(REPLAY, tmp_path, point="worker", group=True, then=again)
     assert r["rc"] == 130 and r["seconds"] < PROMPT_S and not r["left"], r
     assert r["err"] == "simmoe replay: interrupted\n"
 
