@@ -14,33 +14,33 @@ from __future__ import annotations
 import numpy as np
 
 
-def _prefix_masks(trace, row: int, K: int) -> np.ndarray:
-    """``bool [K + 1, L, N]``: row k is the union of the root's and the k most probable nodes' routes."""
+def _first_ranks(trace, row: int, K: int) -> np.ndarray:
+    """``int [L, N]``: the smallest k whose prefix brings expert (ℓ, e) — 0 for the root's experts, k for the
+    k-th most probable node's — or K + 1 where no prefix of at most K nodes does.
+
+    The union of the prefix of k nodes is {(ℓ, e): rank ≤ k}, so one [L, N] array stands for all K + 1
+    unions (O(m·L·k + L·N) instead of O(K·L·N)).
+    """
     from simmoe.api import PoolView
 
     g = trace.geometry
     L, N = g.num_layers, g.num_experts
     s = trace.pool_slice(row)
-    masks = np.zeros((K + 1, L, N), dtype=bool)
-    lay = np.arange(L)[:, None]
-    masks[0][lay, trace.root_routes[row]] = True
+    first = np.full((L, N), K + 1, dtype=np.int64)
     n = s.stop - s.start
-    if n:
+    if n and K > 0:
         view = PoolView(row=row, parents=trace.node_parent[s], levels=trace.node_level[s], p=trace.node_p[s],
                         q=trace.node_q[s], agree=trace.node_agree[s], root_routes=trace.root_routes[row],
                         node_routes=trace.node_routes[s], num_experts=N)
         order = view.probability_order()[:K]
-        routes = trace.node_routes[s][order]                      # [m, L, k]
-        m = len(order)
-        one = np.zeros((m, L, N), dtype=bool)
-        one[np.arange(m)[:, None, None], lay[None], routes] = True
-        masks[1:m + 1] = np.logical_or.accumulate(one, axis=0)
-        masks[1:] |= masks[0]
-        if m < K:
-            masks[m + 1:] = masks[m]
-    else:
-        masks[1:] = masks[0]
-    return masks
+        routes = np.asarray(trace.node_routes[s][order], dtype=np.int64)     # [m, L, k], rank j + 1 at row j
+        k = routes.shape[2]
+        keys = (routes + (np.arange(L) * N)[None, :, None]).reshape(-1)
+        uniq, at = np.unique(keys, return_index=True)                        # each key's first occurrence
+        first.reshape(-1)[uniq] = at // (L * k) + 1
+    lay = np.arange(L)[:, None]
+    first[lay, trace.root_routes[row]] = 0
+    return first
 
 
 def prefix_unions(trace, K: int, *, samples: int = 256, batch: int = 1, seed: int = 0,
@@ -74,12 +74,14 @@ def prefix_unions(trace, K: int, *, samples: int = 256, batch: int = 1, seed: in
     pos_idx = np.asarray(trace.pos_index)
     unions = np.zeros((len(picks), K + 1, L), dtype=np.float64)
     contexts = np.zeros(len(picks), dtype=np.float64)
+    offsets = (np.arange(L) * (K + 2))[:, None]
     for i, rows in enumerate(picks):
-        acc: np.ndarray | None = None
+        first: np.ndarray | None = None        # over the batch: an expert is in the union from its first rank
         for row in rows:
-            m = _prefix_masks(trace, row, K)
-            acc = m if acc is None else (acc | m)
+            f = _first_ranks(trace, row, K)
+            first = f if first is None else np.minimum(first, f)
             contexts[i] += prompt[pos_req[row]] + pos_idx[row]
-        assert acc is not None   # every pick holds at least one row
-        unions[i] = acc.sum(axis=2)
+        assert first is not None   # every pick holds at least one row
+        counts = np.bincount((first + offsets).reshape(-1), minlength=L * (K + 2)).reshape(L, K + 2)
+        unions[i] = np.cumsum(counts[:, :K + 1], axis=1).T
     return unions, contexts
