@@ -34,10 +34,9 @@ def _first_ranks(trace, row: int, K: int) -> np.ndarray:
                         node_routes=trace.node_routes[s], num_experts=N)
         order = view.probability_order()[:K]
         routes = np.asarray(trace.node_routes[s][order], dtype=np.int64)     # [m, L, k], rank j + 1 at row j
-        k = routes.shape[2]
         keys = (routes + (np.arange(L) * N)[None, :, None]).reshape(-1)
-        uniq, at = np.unique(keys, return_index=True)                        # each key's first occurrence
-        first.reshape(-1)[uniq] = at // (L * k) + 1
+        ranks = np.repeat(np.arange(1, len(order) + 1), L * routes.shape[2])
+        np.minimum.at(first.reshape(-1), keys, ranks)                          # each expert's first rank
     lay = np.arange(L)[:, None]
     first[lay, trace.root_routes[row]] = 0
     return first
