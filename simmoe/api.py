@@ -287,9 +287,9 @@ class CacheShape:
     ``future``: the demand of every forward of the replay in order, bool
     [L, N] each, for policies that declare ``needs_future`` (offline bounds
     such as Belady); None otherwise.  ``seed``: the replay's seed.
-    ``trace``: the trace being replayed (read-only) and ``requests``: the
-    request ids the replay covers, for policies that learn from requests
-    outside them.
+    ``trace``: the trace being replayed (every column read-only; a plugin's
+    is its own copy, ``meta`` included) and ``requests``: the request ids the
+    replay covers, for policies that learn from requests outside them.
     """
 
     num_layers: int
@@ -311,7 +311,7 @@ class ForwardEvent:
     since the replay began (prefills count); ``kind``: ``"prefill"`` or
     ``"step"``; ``requests``: ids of the requests the forward serves;
     ``positions``: each request's output position (-1 for a prefill).
-    The engine builds one per forward; a policy must not write to it.
+    The engine builds one per forward; its arrays are read-only.
     """
 
     demand: BoolMatrix
@@ -377,6 +377,7 @@ class PrefetchStep:
     ``truth``: per request the true routes ``(root [L, k], nodes [n, L, k])``,
     only for policies that declare ``knows_truth = True`` (upper bounds).
     ``requests``: request ids; ``rows``: each request's trace position row.
+    Every array is read-only (writing to one raises).
     """
 
     roots: IntArray
@@ -394,8 +395,8 @@ class PrefetchJobs:
     ``pairs``: **flat** expert ids ``ℓ·N + e`` (layer ℓ, local expert e), each
     an integer in [0, L·N); ``levels``: per pair (the same length), the draft
     level after which it may start, an integer >= 0 (0: when the step begins).
-    Integer arrays or sequences of ints; floats, bools and anything else are
-    refused, not rounded.  The copy engine drops pairs already available or
+    Integer arrays or sequences of ints; floats, bools (a bool among ints
+    too) and anything else are refused, not rounded.  The copy engine drops pairs already available or
     queued, repeats, pairs beyond their layer's free slots, and pairs of
     levels the drafter did not draft; the rest start on the copy engine's
     lanes, after any demand copy, until the verification forward begins.

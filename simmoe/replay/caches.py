@@ -22,6 +22,13 @@ simmoe's own; plugins are found by name, :mod:`simmoe.replay.plugins`):
   :meth:`ExpertCache.insert_layer`) become resident and displace the
   lowest-scored experts that are not unused prefetches themselves.
 
+Every array a policy is handed is read-only — the forward's demand and hits,
+the pairs of ``inserted``, ``shape.future`` — and so is ``shape.trace``'s
+every column (a copy of the trace for a policy that is not simmoe's own,
+:func:`read_only_trace`): a policy cannot change what the cache, the copy
+engine, the timing or a later replay read.  Views, not copies: a few hundred
+nanoseconds per forward.
+
 With one ``budget`` of E experts across all layers (``--cache-experts`` /
 ``--cache-mib``) instead of ``slots`` per layer, the same rules hold over the
 whole model: after each forward the E candidates of largest score are kept,
@@ -44,6 +51,7 @@ import numpy as np
 
 from simmoe.api import CacheShape, ForwardEvent
 from simmoe.errors import CheckFailed, SimmoeError
+from simmoe.replay.plugins import read_only, read_only_trace, spec_of
 
 POLICIES = ("none", "lru", "lfu", "belady", "static")
 # the modules of simmoe's own cache policies (module docstring of simmoe.replay.cache_policies)
@@ -76,14 +84,17 @@ class ExpertCache:
         self._E = self.budget if self.budget is not None else 0
         self.slots: int = min(int(slots) if budget is None else self._E, self.num_experts)
         self.policy = policy
-        self.name = getattr(policy, "name", "none")
+        # messages name the policy as the user typed it (a registered name or module:Name)
+        self.name = "none" if policy is None else spec_of(policy)
         # simmoe's own policies return valid scores by construction (their tests check them): their hot path
         # skips the check every other policy's scores pass, and only they may promise distinct scores
         self._trusted = type(policy).__module__ in OWN_POLICY_MODULES
         self._unique = self._trusted and bool(getattr(policy, "unique_scores", False))
         self._inserted = getattr(policy, "inserted", None)
         self._shape = CacheShape(self.num_layers, self.num_experts, self.slots, budget=self.budget,
-                                 future=future, seed=seed, trace=trace, requests=requests)
+                                 future=None if future is None else tuple(_handed(d) for d in future),
+                                 seed=seed, trace=handed_trace(policy, trace),
+                                 requests=tuple(requests))
         self.reset()
 
     # -- public -------------------------------------------------------------
@@ -110,11 +121,12 @@ class ExpertCache:
     def forward(self, demand: np.ndarray, kind: str = "step", requests=(),
                 positions=()) -> tuple[np.ndarray, np.ndarray]:
         """Serve one forward's per-layer expert union; return (hits int[L], misses int[L])."""
-        demand = np.asarray(demand)
+        demand = _handed(np.asarray(demand))
         if demand.shape != (self.num_layers, self.num_experts) or demand.dtype != np.bool_:
             raise SimmoeError(f"demand must be bool [{self.num_layers}, {self.num_experts}], "
                               f"got {demand.dtype} {list(demand.shape)}")
         hit_mask = demand & self.resident
+        hit_mask.flags.writeable = False     # the policy's and the prefetch policy's observers read it
         self.last_hits = hit_mask            # what the forward found resident (for observers)
         hits = hit_mask.sum(axis=1)
         misses = demand.sum(axis=1) - hits
@@ -134,7 +146,7 @@ class ExpertCache:
         a budget: ≤ budget in all, and the lowest-scored expert of any layer goes).
         """
         if self._inserted is not None:
-            self._inserted(pairs)
+            self._inserted(_handed(pairs))      # read below, and by the copy engine after
         self.resident.reshape(-1)[pairs] = True
         self._count += per_layer
         if self.budget is not None:
@@ -176,7 +188,7 @@ class ExpertCache:
             order = np.lexsort((cand, key)) if not self._unique else np.argsort(key)
             self.resident[layer, cand[order[:evict]]] = False
         if self._inserted is not None:
-            self._inserted(layer * self.num_experts + np.asarray(experts, dtype=np.int64))
+            self._inserted(_handed(layer * self.num_experts + np.asarray(experts, dtype=np.int64)))
         self._count[layer] += n - evict
         self.resident[layer, experts] = True
 
@@ -187,7 +199,7 @@ class ExpertCache:
         return check_scores(self.policy.scores(), self.name, self.num_layers, self.num_experts)
 
     def _update(self, demand, hit_mask, misses, kind, requests, positions) -> None:
-        self.policy.observe(ForwardEvent(demand, hit_mask, self.forwards, kind, requests, positions))
+        self.policy.observe(ForwardEvent(demand, hit_mask, self.forwards, kind, tuple(requests), tuple(positions)))
         np.logical_or(self.resident, demand, out=self.resident)
         self._count += misses
         scores = self._scores()
@@ -242,7 +254,7 @@ class ExpertCache:
             self.resident.reshape(-1)[out] = False
             self._count -= np.bincount(out // N, minlength=self.num_layers)
         if self._inserted is not None:
-            self._inserted(layer * N + experts)
+            self._inserted(_handed(layer * N + experts))
         self._count[layer] += n
         self.resident[layer, experts] = True
 
@@ -317,6 +329,18 @@ def check_scores(scores: Any, name: str, num_layers: int, num_experts: int) -> n
     if s.dtype.kind == "u" and s.dtype.itemsize == 8 and s.size and int(s.max()) > _HIGHEST:
         raise SimmoeError(f"{what} returned {int(s.max())}, beyond int64; {want}")
     return s.astype(np.int64, copy=False)
+
+
+def _handed(a: np.ndarray) -> np.ndarray:
+    """``a`` as a policy may see it: itself when already read-only, else a read-only view."""
+    return read_only(a) if a.flags.writeable else a
+
+
+def handed_trace(policy: Any, trace: Any, own: frozenset = OWN_POLICY_MODULES) -> Any:
+    """The trace a policy (an instance or its class) is handed: the trace itself for simmoe's own (modules
+    ``own``; the learned policy caches its model per trace object), else a :func:`read_only_trace` copy."""
+    cls = policy if isinstance(policy, type) else type(policy)
+    return trace if cls.__module__ in own else read_only_trace(trace)
 
 
 def run_check(spec: str, check: Any, shape: CacheShape) -> None:

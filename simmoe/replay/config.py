@@ -218,10 +218,12 @@ class Setting:
             return
         from simmoe.api import CacheShape
         from simmoe.replay import plugins
+        from simmoe.replay.caches import handed_trace
 
         g = trace.geometry
         shape = CacheShape(int(g.num_layers), int(g.num_experts), int(config.slots), budget=config.cache_budget,
-                           seed=config.seed, trace=trace, requests=tuple(range(requests_of(trace, config))))
+                           seed=config.seed, trace=handed_trace(self.cache_cls, trace),
+                           requests=tuple(range(requests_of(trace, config))))
         try:
             check(shape)
         except SimmoeError:   # the policy's own refusal, as it is

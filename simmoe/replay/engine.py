@@ -130,8 +130,10 @@ def build_residency(trace, config, profile, timer, pools, *, future=None, sequen
     if config.prefetch != "none":
         prefetch = setting.new_prefetch_policy()
         from simmoe.api import CacheShape
+        from simmoe.replay.prefetch_policies import policy_trace
 
-        prefetch.reset(CacheShape(L, N, slots, budget=budget, seed=config.seed, trace=trace, requests=requests))
+        prefetch.reset(CacheShape(L, N, slots, budget=budget, seed=config.seed, trace=policy_trace(prefetch, trace),
+                                  requests=tuple(requests)))
     return OffloadedExperts(timer, cache, L, N, slots, policy=prefetch, sequential=sequential, pools=pools,
                             record=record, staging=staging)
 

@@ -25,10 +25,13 @@ Names list simmoe's own first, in the order of its documentation
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+import numpy as np
 
 from simmoe.api import ENTRY_POINT_GROUPS
 from simmoe.errors import SimmoeError
@@ -240,6 +243,42 @@ def guarded(kind: str, spec: str, obj: Any) -> Any:
     if type(obj).__module__.startswith("simmoe."):
         return obj
     return _Guard(kind, spec, obj)
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (``a`` itself keeps its flags): how a plugin is handed an array."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def read_only_trace(trace: Any) -> Any:
+    """A shallow copy of ``trace`` to hand a plugin: every array in it (and in its request table) a
+    read-only view, its ``meta`` a deep copy.
+
+    Whatever the plugin does to its copy, the replay's trace is unchanged, for
+    this replay and every later one in the process.  O(columns): no array is copied.
+    """
+    if trace is None:
+        return None
+    out, requests = copy.copy(trace), copy.copy(trace.requests)
+    for obj in (out, requests):
+        for name, value in list(vars(obj).items()):     # the dataclass fields and cached arrays alike
+            if isinstance(value, np.ndarray):
+                object.__setattr__(obj, name, read_only(value))
+    object.__setattr__(out, "requests", requests)
+    object.__setattr__(out, "meta", copy.deepcopy(trace.meta))
+    return out
+
+
+def spec_of(obj: Any) -> str:
+    """The name plugin ``obj`` was built under, as the user typed it (a registered name or ``module:Name``).
+
+    Known for a guarded instance (:func:`guarded`); for any other object, its ``name`` attribute.
+    """
+    if isinstance(obj, _Guard):
+        return obj._spec
+    return str(getattr(obj, "name", type(obj).__name__))
 
 
 def _exits_guarded(spec: str, obj: Any) -> Any:

@@ -28,13 +28,17 @@ is the trace's recorded routes, i.e. the atlas that SpecFit's measurements and
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
+from itertools import chain
 from typing import ClassVar
 
 import numpy as np
 
 from simmoe.api import CacheShape, PrefetchJobs, PrefetchStep
 from simmoe.errors import SimmoeError
+from simmoe.replay.caches import handed_trace
+from simmoe.replay.plugins import read_only
 
 
 def _flat(routes: np.ndarray, num_experts: int) -> np.ndarray:
@@ -136,7 +140,13 @@ class Oracle:
 
 
 def prefetch_step(residency, requests, rows, selected) -> PrefetchStep:
-    """What a prefetch policy sees of a step (:class:`simmoe.api.PrefetchStep`)."""
+    """What a prefetch policy sees of a step (:class:`simmoe.api.PrefetchStep`): read-only arrays only.
+
+    The pools' columns and routes are slices of the pools stage's read-only
+    views (:class:`simmoe.replay.pools.TracePools`), the selections read-only
+    views of the schedule's (which later replays of the plan read), the rest
+    made here: a policy cannot change what the replay reads.
+    """
     pools = residency.pools
     trace = pools.trace
     roots, infos, truth = [], [], []
@@ -144,14 +154,23 @@ def prefetch_step(residency, requests, rows, selected) -> PrefetchStep:
     for j, row in enumerate(rows):
         root, nodes = pools.predictions(row)
         s = trace.pool_slice(row)
-        roots.append(np.asarray(root))
-        infos.append({"levels": trace.node_level[s], "p": trace.node_p[s], "routes": nodes,
-                      "selected": None if selected is None else selected[j]})
+        roots.append(root)
+        infos.append({"levels": pools.levels[s], "p": pools.p[s], "routes": nodes,
+                      "selected": None if selected is None else read_only(np.asarray(selected[j]))})
         if knows:
-            truth.append((trace.root_routes[row], trace.node_routes[s]))
-    return PrefetchStep(roots=np.stack(roots), pools=tuple(infos), available=residency.engine.available(),
+            truth.append((pools.root_routes[row], pools.node_routes[s]))
+    stacked = np.stack(roots)
+    stacked.flags.writeable = False
+    available = residency.engine.available()     # a new array each call
+    available.flags.writeable = False
+    return PrefetchStep(roots=stacked, pools=tuple(infos), available=available,
                         requests=tuple(requests), rows=tuple(int(r) for r in rows),
                         truth=tuple(truth) if knows else None)
+
+
+def policy_trace(policy, trace):
+    """The trace a prefetch policy's shape holds: the trace itself for simmoe's own, else a read-only copy."""
+    return handed_trace(policy, trace, OWN_POLICY_MODULES)
 
 
 # the modules of simmoe's own prefetch policies: their outputs are valid by construction (their tests check
@@ -178,6 +197,11 @@ def _ints(values, what: str) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if a.dtype.kind not in "iu":    # floats are not rounded, a bool mask is not read as ids {0, 1}
         raise SimmoeError(f"{what} holds {a.dtype} values, not integers")
+    if not isinstance(values, np.ndarray):   # numpy reads a bool among ints as 0 or 1
+        at = _bool_at(values)
+        if at is not None:
+            raise SimmoeError(f"{what} holds {values[at]!r} at index {at}: a bool among integer ids, not an id "
+                              "(it would be read as 0 or 1)")
     if a.dtype.kind == "u" and a.dtype.itemsize == 8 and int(a.max()) > np.iinfo(np.int64).max:
         raise SimmoeError(f"{what} holds {int(a.max())}, beyond int64")
     return a.astype(np.int64, copy=False)
@@ -240,20 +264,39 @@ def check_layers(layers, name: str, num_layers: int, num_experts: int) -> list[l
     return out
 
 
-def _local_ids(layers, num_experts: int) -> bool:
-    """Whether lists of ids (one per layer) hold integers in [0, N) only: one numpy pass over them all.
+# the types of an id in a list that the fast check of layers() takes (a bool, an int subclass, is not one)
+_INTEGER_TYPES = frozenset({int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                            np.uint64})
 
-    The usual answer, checked in one conversion rather than one per layer (a
-    third of the time); anything in doubt returns False, and the per-layer
-    check finds what is wrong.  (A bool among ints converts to an int here.)
+
+def _bool_at(values) -> int | None:
+    """The index of the first bool (Python's or numpy's) in the sequence ``values``, or None."""
+    kinds = set(map(type, values))
+    if bool not in kinds and np.bool_ not in kinds and np.ndarray not in kinds:
+        return None
+    for i, x in enumerate(values):
+        if isinstance(x, (bool, np.bool_)) or (isinstance(x, np.ndarray) and x.dtype.kind == "b"):
+            return i
+    return None
+
+
+def _local_ids(layers, num_experts: int) -> bool:
+    """Whether lists of ids (one per layer) hold integers in [0, N) only: one pass over them all.
+
+    The usual answer, checked at once rather than one layer at a time (a third
+    of the time); anything in doubt — a bool, a float, a nested list, an id
+    beyond int64 — returns False, and the per-layer check finds what is wrong.
     """
-    try:
-        flat = np.array([x for entry in layers for x in entry])
-    except Exception:    # ragged nesting and the like
-        return False
-    if not flat.size:
+    flat = list(chain.from_iterable(layers))      # the entries are lists or tuples here
+    if not flat:
         return True
-    return flat.ndim == 1 and flat.dtype.kind in "iu" and flat.min() >= 0 and flat.max() < num_experts
+    if not set(map(type, flat)) <= _INTEGER_TYPES:
+        return False
+    try:
+        ids = np.frombuffer(array("q", flat), dtype=np.int64)
+    except (OverflowError, TypeError):
+        return False
+    return bool(ids.min() >= 0 and ids.max() < num_experts)
 
 
 def check_prefetch(policy: str) -> str:

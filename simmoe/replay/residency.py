@@ -25,6 +25,12 @@ Prefetch windows (:class:`simmoe.api.PrefetchPolicy`): a drafting window opens
 when a step begins (jobs released at the start or when their draft level has
 been drafted) and closes when the verification forward starts; layer jobs are
 queued at layer ℓ − 1's router and start until layer ℓ's.
+
+What the policies are handed is read-only (the forward's demand and hits,
+every array of a :class:`simmoe.api.PrefetchStep`; the cache's side in
+:mod:`simmoe.replay.caches`), so no stage reads a value a policy changed; the
+outputs of a policy that is not simmoe's own are checked, and a refusal names
+it as the user did (``module:Name`` or its registered name).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 
 from simmoe.errors import CheckFailed
 from simmoe.replay.copy_engine import PREFETCH_SEED_SALT, CopyEngine
+from simmoe.replay.plugins import read_only, spec_of
 from simmoe.replay.prefetch_policies import OWN_POLICY_MODULES, check_jobs, check_layers
 from simmoe.replay.timing import closed_forward, drawn_copy_forward, fixed_copy_layer_ends
 
@@ -113,6 +120,7 @@ class OffloadedExperts:
         self._forwards = 0
         # another's policy has its outputs checked (one line naming it); simmoe's own skip that on the hot path
         self._checked = policy is not None and type(policy).__module__ not in OWN_POLICY_MODULES
+        self._spec = spec_of(policy) if policy is not None else "none"   # as the user named it
 
     # -- prefill --------------------------------------------------------------------
     def prefill(self, prompt_len: int, demand: np.ndarray, request: int = 0):
@@ -142,7 +150,13 @@ class OffloadedExperts:
 
         eng = self.engine
         assert eng is not None     # a prefetch policy always runs with the copy engine
-        hits = self.cache.last_hits if self.cache is not None else demand & eng.staged
+        if self.cache is not None:
+            hits = self.cache.last_hits     # read-only (the cache's forward)
+        else:
+            hits = demand & eng.staged
+            hits.flags.writeable = False
+        if demand.flags.writeable:          # the copy engine and the timing read it after
+            demand = read_only(demand)
         self._observe(ForwardEvent(demand, hits, self._forwards, kind, tuple(who.requests), tuple(who.positions)))
         self._forwards += 1
 
@@ -179,7 +193,7 @@ class OffloadedExperts:
         if jobs is None:
             return
         if self._checked:
-            pairs, lv = check_jobs(jobs, self.policy.name, self.L, self.N)
+            pairs, lv = check_jobs(jobs, self._spec, self.L, self.N)
         else:
             pairs = np.asarray(jobs.pairs, dtype=np.int64)
             lv = np.asarray(jobs.levels, dtype=np.int64)
@@ -300,7 +314,7 @@ class OffloadedExperts:
 
             layers = self.policy.layers(prefetch_step(self, step.requests, step.rows, step.nodes))
             if self._checked:
-                layers = check_layers(layers, self.policy.name, self.L, self.N)
+                layers = check_layers(layers, self._spec, self.L, self.N)
         if layers is None:   # nothing enters a layer's slots during the forward
             self._avail_pre = eng.available() if self.record is not None else None   # for the copies' names
             h, m = self._serve(demand, "step", step)

@@ -122,8 +122,131 @@ FloatLayers = _layers("FloatLayers", lambda ls, N: [np.asarray(x, dtype=np.float
 StringLayers = _layers("StringLayers", lambda ls, N: "0123")
 HalfLayers = _layers("HalfLayers", lambda ls, N: [x + [0.5] for x in ls])
 NestedLayers = _layers("NestedLayers", lambda ls, N: [[x] for x in ls])
+# a bool among ints: numpy would read it as 0 or 1
+BoolLayers = _layers("BoolLayers", lambda ls, N: [x + [True] for x in ls])
+NumpyBoolLayers = _layers("NumpyBoolLayers", lambda ls, N: [x + [np.True_] for x in ls])
+BoolPairs = _jobs("BoolPairs", lambda p, lv, N: PrefetchJobs(p.tolist() + [True], lv.tolist() + [0]))
 # valid forms: tuples and integer arrays per layer
 ArrayLayers = _layers("ArrayLayers", lambda ls, N: tuple(np.asarray(x, dtype=np.uint8) for x in ls))
+
+
+# -- what a policy is handed: every array reachable from an argument, written to where it is writable ----
+import dataclasses
+
+WRITABLE = []      # where a probe's write was accepted: "observe(event).demand", ...
+
+
+def arrays(path, obj):
+    """(path, array) of every numpy array reachable from ``obj`` through dataclasses, dicts, lists, tuples."""
+    if isinstance(obj, np.ndarray):
+        yield path, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from arrays(f"{path}.{f.name}", getattr(obj, f.name))
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from arrays(f"{path}[{k!r}]", v)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from arrays(f"{path}[{i}]", v)
+
+
+def probe(path, obj):
+    """Write every array reachable from ``obj`` onto itself (its values unchanged); note those that take it."""
+    for where, a in arrays(path, obj):
+        try:
+            a[...] = a.copy()
+        except ValueError:      # read-only
+            continue
+        if where not in WRITABLE:
+            WRITABLE.append(where)
+
+
+class ProbeCache(LRU):
+    """lru's ranking; probes what it is handed (``future`` too, hence needs_future)."""
+
+    name = "probe-cache"
+    needs_future = True
+
+    @classmethod
+    def check(cls, shape):
+        probe("check(shape)", shape)
+
+    def reset(self, shape):
+        probe("reset(shape)", shape)
+        super().reset(shape)
+
+    def observe(self, event):
+        probe("observe(event)", event)
+        super().observe(event)
+
+    def inserted(self, pairs):
+        probe("inserted(pairs)", pairs)
+        super().inserted(pairs)
+
+
+class OnlineProbeCache(ProbeCache):
+    name = "online-probe-cache"
+    needs_future = False
+
+
+class ProbePrefetch(Draft):
+    """draft's jobs, then next-layer's lists; probes what it is handed (the true routes too)."""
+
+    name = "probe-prefetch"
+    knows_truth = True
+
+    def reset(self, shape):
+        probe("reset(shape)", shape)
+        super().reset(shape)
+
+    def observe(self, event):
+        probe("observe(event)", event)
+
+    def drafting(self, step):
+        probe("drafting(step)", step)
+        return super().drafting(step)
+
+    def layers(self, step):
+        probe("layers(step)", step)
+        return NextLayer.layers(self, step)
+
+
+class LiveProbePrefetch(ProbePrefetch):
+    name = "live-probe-prefetch"
+    knows_truth = False
+
+
+def _writer(base, method, poke):
+    def call(self, arg):
+        poke(arg)
+        return getattr(base, method)(self, arg)
+
+    return call
+
+
+# one write into what the policy is handed: a plugin error, one line naming it
+WritesDemand = type("WritesDemand", (LRU,), {"name": "writes-demand", "observe": _writer(
+    LRU, "observe", lambda e: e.demand.__setitem__((0, 0), not e.demand[0, 0]))})
+WritesRoutes = type("WritesRoutes", (LRU,), {"name": "writes-routes", "reset": _writer(
+    LRU, "reset", lambda shape: shape.trace.node_routes.__setitem__(..., 0))})
+WritesAvailable = type("WritesAvailable", (Draft,), {"name": "writes-available", "drafting": _writer(
+    Draft, "drafting", lambda step: step.available.__setitem__(..., True))})
+WritesSelected = type("WritesSelected", (NextLayer,), {"name": "writes-selected", "layers": _writer(
+    NextLayer, "layers", lambda step: [pl["selected"].__setitem__(..., 0) for pl in step.pools])})
+
+
+class BendsMeta(LRU):
+    """Changes what it can of the trace it is handed (its own copy): the replay is lru's all the same."""
+
+    name = "bends-meta"
+
+    def reset(self, shape):
+        shape.trace.meta["geometry"]["num_layers"] = 1
+        shape.trace.meta["pool_shape"]["K"] = 1
+        shape.trace.node_routes = np.zeros_like(shape.trace.node_routes)
+        shape.trace.requests.output_len = shape.trace.requests.output_len[:1]
+        super().reset(shape)
 '''
 
 
@@ -177,7 +300,7 @@ CACHE_CASES = [
 def test_cache_scores_outside_the_contract_are_one_line_naming_the_policy(files, capsys, name, wrong):
     rc, err, written = run(files, capsys, "--cache", spec(name))
     assert rc == 2 and len(err) == 1 and not written, err
-    assert f"cache policy {name.lower()!r}: scores()" in err[0] and wrong in err[0], err[0]
+    assert f"cache policy {spec(name)!r}: scores()" in err[0] and wrong in err[0], err[0]
 
 
 def test_a_cache_policy_check_that_raises_is_one_line(files, capsys):
@@ -204,6 +327,9 @@ PREFETCH_CASES = [
     ("StringLayers", "returned a str"),
     ("HalfLayers", "[0] holds float64 values, not integers"),
     ("NestedLayers", "[0] has shape [1, "),
+    ("BoolLayers", "[0] holds True at index "),
+    ("NumpyBoolLayers", "[0] holds np.True_ at index "),
+    ("BoolPairs", "pairs holds True at index "),
 ]
 
 
@@ -211,7 +337,7 @@ PREFETCH_CASES = [
 def test_prefetch_outputs_outside_the_contract_are_one_line_naming_the_policy(files, capsys, name, wrong):
     rc, err, written = run(files, capsys, "--prefetch", spec(name))
     assert rc == 2 and len(err) == 1 and not written, err
-    assert f"prefetch policy {name.lower()!r}" in err[0] and wrong in err[0], err[0]
+    assert f"prefetch policy {spec(name)!r}" in err[0] and wrong in err[0], err[0]
 
 
 @pytest.mark.parametrize("kind, mine, own", [
@@ -318,3 +444,154 @@ def test_the_time_saved_has_no_figure_where_nothing_was_decoded():
     requests = {"output_len": np.array([1, 1]), "decode_ms": np.array([0.0, 0.0])}
     out = prefetch_counters({"prefetched": np.array([2])}, requests, baseline_decode_ms=0.0)
     assert out["saved_ms_per_token"] is None and out["saved_pct"] is None and out["prefetched_per_token"] == 1.0
+
+
+# -- what a policy is handed is read-only: a write is one line; nothing a later stage reads changes ----------
+def _probed(trace, **config):
+    """The replay of ``config`` on ``trace`` (eagle3, 3 slots) and where its probes could write."""
+    import importlib
+
+    module = importlib.import_module(MODULE)
+    module.WRITABLE.clear()
+    res = replay(trace, ReplayConfig(**{"selector": "eagle3", "slots": 3, "selector_ms": 0.5, **config}), PROFILE)
+    return res, list(module.WRITABLE)
+
+
+PROBES = [
+    dict(cache=spec("ProbeCache"), prefetch="draft"),                       # inserted: insert_many
+    dict(cache=spec("ProbeCache"), prefetch="next-layer"),                  # inserted: insert_layer
+    dict(cache=spec("ProbeCache"), prefetch="next-layer", cache_budget=5),  # inserted: under one budget
+    dict(cache="lru", prefetch=spec("ProbePrefetch")),
+    dict(cache="none", prefetch=spec("ProbePrefetch")),                      # hits from the staging buffers
+    dict(selector="specfit-prefetch", cache=spec("OnlineProbeCache"), prefetch=spec("LiveProbePrefetch")),
+]
+
+
+@pytest.mark.parametrize("config", PROBES, ids=lambda c: "-".join(str(v).split(":")[-1] for v in c.values()))
+def test_every_array_a_cache_or_prefetch_policy_is_handed_is_read_only(files, config):
+    trace = trace_()
+    before = {f: np.copy(getattr(trace, f)) for f in ("root_routes", "node_routes", "node_level", "node_p")}
+    res, writable = _probed(trace, **config)
+    assert writable == [], writable
+    # the probes wrote nothing and ranked as their bases do: the replay is that of simmoe's own policies
+    own = {spec("ProbeCache"): "lru", spec("OnlineProbeCache"): "lru", spec("ProbePrefetch"): None,
+           spec("LiveProbePrefetch"): None}
+    if config["prefetch"] not in own and config["cache"] in own:
+        ref = replay(trace, ReplayConfig(**{"selector": "eagle3", "slots": 3, "selector_ms": 0.5,
+                                            **config, "cache": "lru"}), PROFILE)
+        for key in ("hits", "misses", "cycle_ms", "prefetched", "useful", "wasted"):
+            assert np.array_equal(ref.cycles[key], res.cycles[key]), key
+    for f, a in before.items():
+        assert np.array_equal(getattr(trace, f), a), f
+
+
+def test_the_probes_reach_every_kind_of_argument(files):
+    """The probe walks what it is handed: every argument's arrays are found (else the test above proves nothing)."""
+    import importlib
+
+    module = importlib.import_module(MODULE)
+    found: set[str] = set()
+    real = module.probe
+
+    def probe(path, obj):
+        for where, _ in module.arrays(path, obj):
+            found.add(where.split("[")[0] if where.startswith("reset(shape).future") else where)
+        real(path, obj)
+
+    module.probe = probe
+    try:
+        for config in PROBES:
+            _probed(trace_(), **config)
+    finally:
+        module.probe = real
+    for where in ("observe(event).demand", "observe(event).hits", "inserted(pairs)", "reset(shape).future",
+                  "reset(shape).trace.node_routes", "reset(shape).trace.requests.prefill_union",
+                  "check(shape).trace.node_routes", "drafting(step).roots", "drafting(step).available",
+                  "drafting(step).pools[0]['levels']", "drafting(step).pools[0]['p']",
+                  "drafting(step).pools[0]['routes']", "drafting(step).pools[0]['selected']",
+                  "drafting(step).truth[0][0]", "drafting(step).truth[0][1]", "layers(step).pools[0]['selected']"):
+        assert where in found, (where, sorted(found))
+
+
+WRITERS = [("cache", "WritesDemand", "observe()"), ("cache", "WritesRoutes", "reset()"),
+           ("prefetch", "WritesAvailable", "drafting()"), ("prefetch", "WritesSelected", "layers()")]
+
+
+@pytest.mark.parametrize("kind, name, method", WRITERS)
+def test_a_policy_writing_into_what_it_is_handed_is_one_line_naming_it(files, capsys, kind, name, method):
+    rc, err, written = run(files, capsys, f"--{kind}", spec(name))
+    assert rc == 2 and len(err) == 1 and not written, err
+    what = "cache policy" if kind == "cache" else "prefetch policy"
+    assert f"{what} {spec(name)!r} raised ValueError in {method}" in err[0] and "read-only" in err[0], err[0]
+
+
+def test_a_policy_that_bends_its_trace_changes_neither_the_replay_nor_the_trace(files):
+    trace = trace_()
+    meta = json.dumps(trace.meta, sort_keys=True, default=str)
+    routes, lengths = trace.node_routes, trace.requests.output_len
+    base = dict(selector="eagle3", slots=3, selector_ms=0.5)
+    got = replay(trace, ReplayConfig(**base, cache=spec("BendsMeta")), PROFILE)
+    ref = replay(trace, ReplayConfig(**base, cache="lru"), PROFILE)
+    for key in ("hits", "misses", "cycle_ms", "committed"):
+        assert np.array_equal(ref.cycles[key], got.cycles[key]), key
+    assert json.dumps(trace.meta, sort_keys=True, default=str) == meta
+    assert trace.node_routes is routes and trace.requests.output_len is lengths
+
+
+def test_a_read_only_trace_holds_the_same_values_and_leaves_the_trace_writable():
+    from simmoe.replay.plugins import read_only_trace
+
+    trace = trace_()
+    trace.request_positions(0)        # a cached array (the requests' first rows) is handed read-only too
+    copy = read_only_trace(trace)
+    for obj, mine in ((trace, copy), (trace.requests, copy.requests)):
+        arrays = {k: v for k, v in vars(obj).items() if isinstance(v, np.ndarray)}
+        assert len(arrays) >= (6 if obj is trace.requests else 12) and (obj is trace.requests or "_starts" in arrays)
+        for name, a in arrays.items():
+            b = getattr(mine, name)
+            assert not b.flags.writeable and a.flags.writeable, name
+            assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), name
+    assert copy.meta == trace.meta and copy.meta is not trace.meta
+    assert copy.meta["geometry"] is not trace.meta["geometry"]
+    assert copy.geometry == trace.geometry and copy.pool_slice(1) == trace.pool_slice(1)
+
+
+# -- messages name the plugin as the user typed it: module:Name above, or its registered name -------------------
+def test_a_registered_plugin_is_named_by_its_registered_name(files, capsys, tmp_path, monkeypatch):
+    import importlib
+
+    from simmoe.replay import plugins
+
+    info = tmp_path / "integrity_dist-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: integrity-dist\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[simmoe.caches]\nnan-ranks = {spec('NaNScores')}\n\n"
+                                           f"[simmoe.prefetch]\nbool-lists = {spec('BoolLayers')}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def clear():
+        plugins._installed.cache_clear()
+        plugins.load.cache_clear()
+        importlib.invalidate_caches()
+
+    clear()
+    try:
+        for kind, name, method in (("cache", "nan-ranks", "scores()"), ("prefetch", "bool-lists", "layers()")):
+            rc, err, written = run(files, capsys, f"--{kind}", name)
+            assert rc == 2 and len(err) == 1 and not written, err
+            assert f"policy {name!r}: {method}" in err[0], err[0]
+    finally:
+        monkeypatch.undo()
+        clear()
+
+
+# -- a bool among ints is refused, against a reference written out ---------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.integers(-1, N), st.booleans()), max_size=4), min_size=L, max_size=L))
+def test_layers_with_bools_are_refused_exactly_when_some_id_is_a_bool_or_out_of_range(layers):
+    ok = all(type(e) is int and 0 <= e < N for x in layers for e in x)
+    if ok:
+        assert check_layers(layers, "p", L, N) == layers
+    else:
+        with pytest.raises(SimmoeError, match="^prefetch policy 'p': layers()"):
+            check_layers(layers, "p", L, N)

@@ -196,8 +196,9 @@ def _one_pool(root, L_, N_):
     empty = np.zeros(0)
     trace = SimpleNamespace(pool_slice=lambda row: slice(0, 0), node_level=empty, node_p=empty,
                             root_routes=np.asarray([root]), node_routes=np.zeros((0, L_, 1), dtype=np.int64))
-    return SimpleNamespace(trace=trace, predictions=lambda row: (np.asarray(root),
-                                                                 np.zeros((0, L_, 1), dtype=np.int64)))
+    return SimpleNamespace(trace=trace, levels=trace.node_level, p=trace.node_p, root_routes=trace.root_routes,
+                           node_routes=trace.node_routes,
+                           predictions=lambda row: (np.asarray(root), np.zeros((0, L_, 1), dtype=np.int64)))
 
 
 def _step(levels, demand):
