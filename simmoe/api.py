@@ -257,7 +257,8 @@ class Selector(Protocol):
     ``reads_verdicts`` (False; reads ``view.agree``, the target's verdicts:
     an oracle, an upper bound no real system can run, marked as one in the
     output); ``needs_prepare`` (False; calls ``prepare(trace, num_requests,
-    views_at)`` once before the replay).
+    views_at)`` once before the replay, with a read-only copy of the trace
+    whose verdict columns are there only for ``reads_verdicts``).
 
     Selection time charged per cycle (``simmoe replay``/``sweep``): by
     default the profile's ``cycle.selector_ms`` to a selector that declares

@@ -343,16 +343,6 @@ def handed_trace(policy: Any, trace: Any, own: frozenset = OWN_POLICY_MODULES) -
     return trace if cls.__module__ in own else read_only_trace(trace)
 
 
-def run_check(spec: str, check: Any, shape: CacheShape) -> None:
-    """A policy's ``check(shape)``: its SimmoeError refuses the replay as it is; anything else it raises is one line."""
-    try:
-        check(shape)
-    except SimmoeError:
-        raise
-    except Exception as exc:
-        raise SimmoeError(f"cache policy {spec!r} raised {type(exc).__name__} in check(): {exc}") from None
-
-
 class NoCache(ExpertCache):
     """No cache: every demanded expert is copied, nothing is kept."""
 

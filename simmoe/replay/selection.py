@@ -233,20 +233,10 @@ VERDICT_COLUMNS = ("node_agree", "node_target_prob", "node_target_cdf")
 
 
 def plugin_trace(trace, reads_verdicts: bool):
-    """``trace`` as an outside selector's ``prepare`` sees it: every array read-only, a copy of its meta,
-    and its verdict columns (:data:`VERDICT_COLUMNS`) only if the selector declares ``reads_verdicts``.
-
-    A shallow copy: O(columns), no array is copied.
-    """
-    import copy
-
-    out, requests = copy.copy(trace), copy.copy(trace.requests)
-    for obj in (out, requests):
-        for name, value in list(vars(obj).items()):     # the dataclass fields and cached arrays alike
-            if isinstance(value, np.ndarray):
-                object.__setattr__(obj, name, _read_only(value))
-    object.__setattr__(out, "requests", requests)
-    object.__setattr__(out, "meta", copy.deepcopy(trace.meta))
+    """``trace`` as an outside selector's ``prepare`` sees it: :func:`plugins.read_only_trace` (every array
+    read-only, its meta a copy), its verdict columns (:data:`VERDICT_COLUMNS`) only if the selector declares
+    ``reads_verdicts``."""
+    out = plugins.read_only_trace(trace)
     if not reads_verdicts:
         for name in VERDICT_COLUMNS:
             object.__setattr__(out, name, Undeclared(f"trace.{name}", "reads_verdicts"))
