@@ -1,4 +1,4 @@
-"""`simmoe inspect`: show a trace's provenance, geometry and routing statistics."""
+"""`simmoe inspect`: show a trace's provenance, geometry and routing statistics; or compare two traces'."""
 
 from __future__ import annotations
 
@@ -15,15 +15,21 @@ MAX_BINS = 10_000
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "inspect", help="Show a trace's provenance, geometry and routing statistics",
+        "inspect", help="Show a trace's provenance, geometry and routing statistics, or compare two traces'",
         description="Read and validate a trace file, then print its provenance, geometry, counts, "
                     "acceptance by level and by draft-confidence bin, expert reuse, popularity skew "
-                    "and expert union against tree size.")
+                    "and expert union against tree size. With two traces A B: their routing statistics "
+                    "side by side (next-token overlap, reuse distance, top-10%% share, hot-set stability, "
+                    "hot set shared across requests), each with its requests' 5-95%% range, and which of "
+                    "A's lie outside B's range (docs/synthetic-traces.md).")
     p.add_argument("trace", metavar="TRACE", help="trace file (.parquet)")
+    p.add_argument("other", metavar="B", nargs="?", default=None,
+                   help="a second trace: compare TRACE's routing statistics with this one's")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON instead of tables")
     p.add_argument("--bins", type=int, default=10,
-                   help=f"confidence bins of the calibration tables, 1 to {MAX_BINS:,} (default 10)")
-    p.add_argument("--per-layer", action="store_true", help="also print popularity and reuse for every layer")
+                   help=f"confidence bins of the calibration tables, 1 to {MAX_BINS:,} (default 10; one trace)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="also print popularity and reuse for every layer (one trace)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress display on stderr (there is none when stderr is not a terminal)")
     p.set_defaults(func=run)
@@ -55,6 +61,8 @@ def run(args) -> int:
     if not 1 <= args.bins <= MAX_BINS:
         raise SimmoeError(f"--bins must be between 1 and {MAX_BINS:,}, got {args.bins}")
     bar = _progress(not args.no_progress and sys.stderr.isatty())
+    if args.other is not None:
+        return _run_compare(args, bar)
     if bar is None:
         trace = read_trace(args.trace)
         stats = trace_statistics(trace, bins=args.bins)
@@ -198,3 +206,75 @@ def _unions(stats: dict, console: Console) -> None:
         for s, m, ind, n in zip(sizes, u["mean_union"], u["independent"], u[count]):
             t.add_row(str(s), _f(m, 2), _f(ind, 2), _f(None if m is None else m / ind), f"{n:,}")
         console.print(t)
+
+
+# ------------------------------------------------------------- two traces ---
+
+def _run_compare(args, bar) -> int:
+    """``simmoe inspect A B``: both traces read and validated before any statistic; one table or JSON."""
+    from simmoe.cli.console import make_console
+    from simmoe.trace.compare import compare, routing_statistics
+    from simmoe.trace.io import read_trace
+
+    paths = (args.trace, args.other)
+    if bar is None:
+        traces = [read_trace(p) for p in paths]
+        stats = [routing_statistics(t) for t in traces]
+    else:
+        with bar:
+            task = bar.add_task("reading and validating A", total=4)
+            traces = []
+            for i, p in enumerate(paths):
+                bar.update(task, description=f"reading and validating {'AB'[i]}", completed=i)
+                traces.append(read_trace(p))
+            stats = []
+            for i, t in enumerate(traces):
+                bar.update(task, description=f"routing statistics of {'AB'[i]}", completed=2 + i)
+                stats.append(routing_statistics(t))
+    for st, p in zip(stats, paths):
+        st["file"] = str(p)
+    result = compare(*stats)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, allow_nan=False)
+        sys.stdout.write("\n")
+        return 0
+    render_comparison(result, make_console(width=None, highlight=True))
+    return 0
+
+
+def _trace_line(label: str, st: dict) -> str:
+    g = st["geometry"]
+    kind = "[bold yellow]SYNTHETIC[/bold yellow]" if st["synthetic"] else \
+        f"{(st.get('provenance') or {}).get('kind', 'recorded')}"
+    return (f"{label}: {st.get('file', '')} ({kind}; {g['name'] or '?'}: L={g['num_layers']}, "
+            f"N={g['num_experts']}, top-{g['top_k']}; {st['requests']} requests, {st['positions']:,} tokens; "
+            f"hot set h = {st['hot_set_size']})")
+
+
+def _range(s: dict) -> str:
+    return "–" if s["lo"] is None else f"{s['lo']:.3f}–{s['hi']:.3f}"
+
+
+def render_comparison(result: dict, console: Console) -> None:
+    """Print :func:`simmoe.trace.compare.compare`'s result: who A and B are, one table, what lies outside."""
+    a, b = result["a"], result["b"]
+    console.print(_trace_line("A", a))
+    console.print(_trace_line("B", b))
+    lo, hi = (round(x * 100) for x in result["range"])
+    t = Table(title=f"Routing statistics, A against B: mean over requests, range = the requests' {lo}–{hi}% "
+                    "interval (committed tokens)", title_justify="left")
+    t.add_column("statistic")
+    for col in ("A", "A range", "B", "B range", "A vs B", "B vs A"):
+        t.add_column(col, justify="right")
+    for row in result["rows"]:
+        sa, sb = row["a"], row["b"]
+        flag = row["a_vs_b_range"]
+        t.add_row(row["label"], _f(sa["mean"]), _range(sa), _f(sb["mean"]), _range(sb),
+                  f"[bold red]{flag}[/bold red]" if flag in ("below", "above") else flag, row["b_vs_a_range"])
+    console.print(t)
+    console.print(f"Units: {result['units']}. \"A vs B\": where A's mean lies against B's range.")
+    out = [r["label"] for r in result["rows"] if r["statistic"] in result["a_out_of_b_range"]]
+    console.print(f"Out of B's range ({len(out)} of {len(result['rows'])}): " + ("; ".join(out) if out else "none"))
+    if a["synthetic"] or b["synthetic"]:
+        console.print("[bold yellow]A synthetic trace's statistics describe the generator, not a measured "
+                      "model.[/bold yellow]")

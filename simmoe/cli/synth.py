@@ -40,6 +40,12 @@ OVERRIDES = {
                       "P(a token keeps a context expert); siblings share their context"),
     "--history-reuse": ("history_reuse", float,
                         "P(a token's redrawn expert comes from a recent context)"),
+    "--facet-share": ("facet_share", float,
+                      "share of a request's topic rotating over its facets every 8 tokens (0..1): spreads "
+                      "its routings (popularity concentration) with next-token overlap nearly unchanged"),
+    "--topic-drift": ("topic_drift", float,
+                      "per-token rate at which a request's topic decorrelates (0..1): its hot set wanders "
+                      "(hot-set stability) with next-token overlap nearly unchanged"),
     "--output-len-sigma": ("output_len_sigma", float, "log-normal spread of output lengths"),
 }
 POOL_FLAGS = {

@@ -27,7 +27,15 @@ from simmoe.errors import SimmoeError
 from simmoe.synth.draft import draft_pools, predictability, stretches
 from simmoe.synth.lengths import request_lengths
 from simmoe.synth.params import SynthParams
-from simmoe.synth.routing import ExpertSampler, context_chain, modulate, popularity, resample
+from simmoe.synth.routing import (
+    DriftingSampler,
+    ExpertSampler,
+    context_chain,
+    modulate,
+    popularity,
+    resample,
+    topic_segments,
+)
 from simmoe.synth.sampling import target_fields
 from simmoe.trace.schema import SCHEMA_VERSION, SYNTHETIC, Requests, Trace
 
@@ -47,18 +55,23 @@ def model_popularity(params: SynthParams, seed: int) -> np.ndarray:
     return popularity(g.num_layers, g.num_experts, params.popularity_sigma, _rng(seed, _POPULARITY))
 
 
-def request_sampler(params: SynthParams, probs: np.ndarray, seed: int, dkey: int, r: int) -> ExpertSampler:
-    """Expert draws of request ``r``: the model's popularity modulated by the request's topic."""
+def request_sampler(params: SynthParams, probs: np.ndarray, seed: int, dkey: int, r: int,
+                    tokens: int = 1) -> ExpertSampler | DriftingSampler:
+    """Expert draws of request ``r`` (``tokens`` text rows): the model's popularity modulated by its topic."""
     if params.topic_sigma == 0.0:
         return ExpertSampler(probs)
-    return ExpertSampler(modulate(probs, params.topic_sigma, _rng(seed, _TOPIC, dkey, r)))
+    rng = _rng(seed, _TOPIC, dkey, r)
+    if params.facet_share == 0.0 and params.topic_drift == 0.0:
+        return ExpertSampler(modulate(probs, params.topic_sigma, rng))
+    return DriftingSampler(topic_segments(probs, params.topic_sigma, params.facet_share, params.topic_drift,
+                                          tokens, rng))
 
 
 def _sorted_routes(sets: np.ndarray, dtype) -> np.ndarray:
     return np.sort(sets, axis=-1).astype(dtype)
 
 
-def _request_routes(params: SynthParams, sampler: ExpertSampler, prompt_len: int,
+def _request_routes(params: SynthParams, sampler: ExpertSampler | DriftingSampler, prompt_len: int,
                     pools, rng: np.random.Generator, with_nodes: bool = True):
     """Prefill union, root routes ``[n, L, k]`` and node routes ``[n, M, L, k]`` of one request."""
     g = params.geometry
@@ -77,7 +90,7 @@ def _request_routes(params: SynthParams, sampler: ExpertSampler, prompt_len: int
         m = len(ctx)
         src = None if hist is None else C[hist[at]].reshape(-1, k)
         return resample(ctx.reshape(-1, k), np.tile(np.arange(L), m), params.token_share,
-                        sampler, rng, src, w).reshape(m, L, k)
+                        sampler, rng, src, w, np.repeat(at, L)).reshape(m, L, k)
     R = noise(C, np.arange(T))
     prefill = np.zeros((L, g.num_experts), dtype=bool)
     if prompt_len:
@@ -111,7 +124,7 @@ def _request_routes(params: SynthParams, sampler: ExpertSampler, prompt_len: int
         need = i[~has_child_ctx[i, par[i]]]
         if need.size:
             stepped = resample(node_ctx[need, par[need]].reshape(-1, k), np.tile(np.arange(L), need.size),
-                               params.locality, sampler, rng).reshape(need.size, L, k)
+                               params.locality, sampler, rng, steps=np.repeat(u[need], L)).reshape(need.size, L, k)
             child_ctx[need, par[need]] = stepped
             has_child_ctx[need, par[need]] = True
         node_ctx[i, m] = child_ctx[i, par[i]]
@@ -209,7 +222,7 @@ def _request_parts(parts: dict[str, list[np.ndarray]], params: SynthParams, *, s
         parts["root_routes"].append(np.zeros((n, L, k), dtype))
         parts["node_routes"].append(np.zeros((int(v.sum()), L, k), dtype))
         return None
-    sampler = request_sampler(params, probs, seed, dkey, key)
+    sampler = request_sampler(params, probs, seed, dkey, key, prompt_len + n)
     pre, root_routes, nodes_r = _request_routes(
         params, sampler, prompt_len, pools, _rng(seed, _ROUTES, dkey, key), with_nodes)
     parts["root_routes"].append(_sorted_routes(root_routes, dtype))

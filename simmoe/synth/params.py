@@ -22,6 +22,10 @@ EAGLE3_POOL = PoolShape(expand_topk=2, depth=5, max_nodes=18, K=7)
 QWEN3_VOCAB = 151_936
 
 
+# Knobs added after traces were shipped: left out of a trace's metadata at their default (0).
+_RECORDED_WHEN_SET = ("facet_share", "topic_drift")
+
+
 @dataclass(frozen=True)
 class SynthParams:
     """Every parameter of the generative model (see docs/synthetic-traces.md)."""
@@ -55,6 +59,8 @@ class SynthParams:
     token_share: float = 0.8          # P(a token keeps a context expert; siblings share context)
     history_reuse: float = 0.0        # P(a token's redrawn expert comes from a recent context)
     history_tokens: int = 16          # how far back "recent" reaches (uniform over 1..this)
+    facet_share: float = 0.0          # share of a request's topic that rotates over its facets (spreads routings)
+    topic_drift: float = 0.0          # per-token decorrelation rate of the rest (its hot set wanders)
 
     def __post_init__(self):
         checks = [
@@ -79,11 +85,17 @@ class SynthParams:
             ("token_share", 0.0 <= self.token_share <= 1.0),
             ("history_reuse", 0.0 <= self.history_reuse <= 1.0),
             ("history_tokens", self.history_tokens >= 1),
+            ("facet_share", 0.0 <= self.facet_share <= 1.0),
+            ("topic_drift", 0.0 <= self.topic_drift <= 1.0),
         ]
         bad = [name for name, ok in checks if not ok]
         if bad:
             name = bad[0]
             raise SimmoeError(f"synth parameter {name}={getattr(self, name)!r} is out of range")
+        if (self.facet_share or self.topic_drift) and self.topic_sigma == 0.0:
+            # both act on the request's topic: without one they would silently do nothing
+            raise SimmoeError("synth parameters facet_share and topic_drift act on the request's topic: "
+                              "they need topic_sigma > 0")
         g, pool = self.geometry, self.pool
         if not (1 <= g.top_k <= g.num_experts and g.num_layers >= 1 and g.num_experts <= 65535):
             raise SimmoeError(f"synth geometry {g.num_layers} layers, {g.num_experts} experts, "
@@ -97,7 +109,11 @@ class SynthParams:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field; those added after traces were shipped only when set (so a default trace's bytes stay)."""
         d = asdict(self)
+        for name in _RECORDED_WHEN_SET:
+            if d[name] == 0.0:
+                del d[name]
         d["geometry"] = self.geometry.to_dict()
         d["pool"] = self.pool.to_dict()
         return d
