@@ -2,8 +2,10 @@
 
 ``simmoe models`` lists every catalogued model with its geometry and the
 quantities the cost model derives from it; ``simmoe models NAME`` shows one
-model's fields with their source; ``--gpus`` lists the GPU descriptions and
-host links; ``--json`` prints the same as JSON.
+model's fields with their source; ``--gpus`` lists the GPU descriptions, host
+links and CPU descriptions (DRAM bandwidth and ISA peaks computed from them);
+``--formats`` lists the expert weight formats (with a model NAME: its expert's
+bytes in each); ``--json`` prints the same as JSON.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ def register(sub) -> None:
         "models",
         help="List the model catalogue (geometries with sources) and the GPU descriptions",
         description="The catalogue of model geometries (simmoe/hardware/data/models.toml: every number "
-                    "from the model's published config.json, with its source) and the GPU descriptions "
-                    "(gpus.toml: datasheet peaks). Expert bytes, dense bytes and KV bytes per token are "
-                    "computed from the configuration fields.",
+                    "from the model's published config.json, with its source), the GPU and CPU descriptions "
+                    "(gpus.toml, cpus.toml: datasheet numbers, each cited) and the expert weight formats "
+                    "(formats.toml: block layouts). Expert bytes, dense bytes, KV bytes per token, DRAM "
+                    "bandwidth and ISA peaks are computed from these fields.",
     )
     p.add_argument("name", nargs="?", help="show one model (catalogue key, name or Hugging Face id) or a "
                                            ".toml geometry file")
-    p.add_argument("--gpus", action="store_true", help="list the GPU descriptions and host links")
+    p.add_argument("--gpus", action="store_true",
+                   help="list the GPU descriptions, host links and CPU descriptions")
+    p.add_argument("--formats", action="store_true",
+                   help="list the expert weight formats (with a model NAME: its expert's bytes in each)")
     p.add_argument("--wide", action="store_true",
                    help="every field (the default table fits 100 columns: names, attention and sources left out)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -33,23 +39,22 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from simmoe.cli.console import make_console
-    from simmoe.hardware.catalogue import load_gpus, load_links, load_model, load_models
+    from simmoe.hardware.catalogue import load_model, load_models
 
     # a file or a pipe: 100 columns, or the tables' natural width with --wide
     console = make_console(width=None if args.wide else 100)
     if args.wide and not console.is_terminal:
         console = make_console(width=250)
+    if args.gpus and args.formats:
+        raise SimmoeError("--gpus and --formats list different things; give one of them")
     if args.gpus:
         if args.name is not None:
-            raise SimmoeError(f"--gpus lists every GPU and link; a model name ({args.name!r}) has no place there")
-        gpus, links = load_gpus(), load_links()
-        if args.json:
-            print(json.dumps({"gpus": {k: vars(g) for k, g in gpus.items()},
-                              "links": {k: vars(v) for k, v in links.items()}}, indent=2, default=list))
-            return 0
-        console.print(_gpu_table(gpus, wide=args.wide))
-        console.print(_link_table(links))
-        return 0
+            raise SimmoeError(f"--gpus lists every GPU, link and CPU; a model name ({args.name!r}) has no place there")
+        return _hardware(console, wide=args.wide, as_json=args.json)
+    if args.formats:
+        from simmoe.cli.models_formats import show_formats
+
+        return show_formats(console, args.name, as_json=args.json)
     if args.name is not None:       # '' is a name too: refused, not read as "list them all"
         m = load_model(args.name)
         if args.json:
@@ -118,6 +123,23 @@ def _footnotes(models) -> str:
     active = ("active B: weights one token reads, counted as the model card counts: input embedding and LM head "
               "included; † LM head included, input embedding not" + (f" (cards: {cards})" if cards else ""))
     return "\n".join(x for x in (kv, active) if x)
+
+
+def _hardware(console, *, wide: bool, as_json: bool) -> int:
+    """``--gpus``: the GPUs, the host links and the CPUs."""
+    from simmoe.cli.models_formats import cpu_table
+    from simmoe.hardware.catalogue import load_cpus, load_gpus, load_links
+
+    gpus, links, cpus = load_gpus(), load_links(), load_cpus()
+    if as_json:
+        print(json.dumps({"gpus": {k: vars(g) for k, g in gpus.items()},
+                          "links": {k: vars(v) for k, v in links.items()},
+                          "cpus": {k: c.to_dict() for k, c in cpus.items()}}, indent=2, default=list))
+        return 0
+    console.print(_gpu_table(gpus, wide=wide))
+    console.print(_link_table(links))
+    console.print(cpu_table(cpus, wide=wide))
+    return 0
 
 
 def _gpu_table(gpus, *, wide: bool = False):
