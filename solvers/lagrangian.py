@@ -149,8 +149,8 @@ def _size_search(st: SearchState, cov, bp: Pool, lam: float, first: Flow) -> Flo
     the middle of 0..K, where a convex b is flatter than at the optimum's size when K
     does not bind (b_k = 100 + 0.4k + 0.006k², K = 32: 0.59λ, where 0.70λ suits 25
     nodes); on the held-out family's hardest pools the root's bound fell from 0.4 %
-    above the optimum to under 0.05 %, and their selections from 1-2 s to tens of ms
-    (docs/solvers.md)."""
+    above the optimum to under 0.05 %, and their selections from 0.1-0.5 s of CPU to
+    3-80 ms (docs/solvers.md)."""
     K, b, beta = st.K, st.cost.b, st.cost.beta
     sizes = range(1, K)
 
