@@ -83,6 +83,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench_solvers_held_out  # noqa: E402
+
 from solvers import (  # noqa: E402
     CostModel,
     Pool,
@@ -372,16 +374,9 @@ def main(argv=None) -> int:
     ap.add_argument("--limit-ms", type=float, default=5.0, help="the time-limited rows' limit")
     ap.add_argument("--baseline", default="542b068",
                     help="commit whose select_exact the 18-node rows are compared with")
-    ap.add_argument("--held-out", action="store_true",
-                    help="only the held-out family (bench_solvers_held_out.py)")
-    ap.add_argument("--held-out-pools", type=int, default=20, help="held-out pools per size")
-    ap.add_argument("--fresh", type=int, default=9,
-                    help="held-out pools per size and limit timed in a fresh process each")
-    ap.add_argument("--held-out-baseline", default="",
-                    help="commit whose select_exact runs beside on the held-out pools")
+    bench_solvers_held_out.add_arguments(ap)
     args = ap.parse_args(argv)
     if args.held_out:
-        import bench_solvers_held_out
         base = load_baseline(args.held_out_baseline) if args.held_out_baseline else None
         bench_solvers_held_out.rows(args.seed, args.held_out_pools, args.fresh, base)
         return 0

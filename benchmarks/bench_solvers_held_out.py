@@ -66,6 +66,17 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+def add_arguments(ap) -> None:
+    """The options of these rows in ``bench_solvers.py``."""
+    ap.add_argument("--held-out", action="store_true",
+                    help="only the held-out family (bench_solvers_held_out.py)")
+    ap.add_argument("--held-out-pools", type=int, default=20, help="held-out pools per size")
+    ap.add_argument("--fresh", type=int, default=9,
+                    help="held-out pools per size and limit timed in a fresh process each")
+    ap.add_argument("--held-out-baseline", default="",
+                    help="commit whose select_exact runs beside on the held-out pools")
+
+
 def _arrays(seed: int, nodes: int, count: int) -> list[tuple]:
     """The ``from_routes`` arguments of ``count`` pools (a fresh process rebuilds them)."""
     rng = np.random.default_rng(_seed(seed, nodes))
