@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from report_traces import small
 
+from simmoe.errors import SimmoeError
 from simmoe.replay.engine import ReplayConfig, ar_baseline, replay
 from simmoe.report.experiments import (
     ReportSettings,
@@ -96,18 +97,23 @@ def test_dataset_of(trace):
 
 def test_table5_row_equals_simmoe_bound_on_the_slice(trace, tmp_path):
     from simmoe.cli.bound import bound_report
+    from simmoe.hardware.profile import load_profile, save_profile
     from simmoe.trace.io import write_trace
 
-    s = ReportSettings(requests=2)
+    # the default profile's coefficients, stating no geometry (num_layers = 0), so it serves the small trace
+    profile = save_profile(load_profile("a100-pcie-40gb").replace(name="any", num_layers=0), tmp_path / "any.toml")
+    s = ReportSettings(requests=2, hardware=str(profile))
     row = table5_row(trace, "gsm8k.parquet", s)
     write_trace(head_requests(trace, 2), tmp_path / "head.parquet")
-    ref = bound_report(str(tmp_path / "head.parquet"), slots=48)["table5"]
+    ref = bound_report(str(tmp_path / "head.parquet"), hardware=str(profile), slots=48)["table5"]
     for k, v in ref.items():
         if isinstance(v, float):
             assert row[k] == pytest.approx(v, rel=1e-12), k
         else:
             assert row[k] == v, k
     assert row["requests_limit"] == 2 and row["synthetic"] is True
+    with pytest.raises(SimmoeError, match="48-layer model but the trace has"):    # both refuse another model's
+        table5_row(trace, "gsm8k.parquet", ReportSettings(requests=2))
 
 
 def test_settings_round_trip_and_validation():
