@@ -260,7 +260,6 @@ def run_experiments(trace: Trace, path: str, settings: ReportSettings, *, worker
 def table5_row(trace: Trace, path: str, settings: ReportSettings) -> dict:
     """SpecFit's Table 5 (App. A; :func:`simmoe.theory.table5.compute_table5`) on the first
     ``settings.requests`` requests, with the base profile's coefficients fitted with the cache."""
-    from simmoe.hardware.model_check import check_profile_model
     from simmoe.hardware.profile import load_profile
     from simmoe.theory.cycles import specfit_cycles
     from simmoe.theory.table5 import compute_table5
@@ -268,7 +267,6 @@ def table5_row(trace: Trace, path: str, settings: ReportSettings) -> dict:
 
     head = head_requests(trace, settings.requests)
     profile = load_profile(settings.hardware)
-    check_profile_model(head.geometry, profile, settings.hardware)   # the check every command shares
     cost = profile.cost_model(True)
     K = head.pool_shape.K
     if len(cost.b) < K + 1:
