@@ -78,7 +78,7 @@ def check_setting(trace, config: ReplayConfig | Setting, profile) -> Setting:
 
     setting = resolve(config, trace, profile)
     c = setting.config
-    setting.new_selector(selector_context(trace, profile, c, c.batch))
+    setting.new_selector(selector_context(trace, profile, c, c.batch, setting.selector_flags))
     return setting
 
 
@@ -221,7 +221,7 @@ def _schedule(trace, setting: Setting, profile, R, verdicts, predictor, plans, p
     key = plan_key(setting)
     schedule = plans.get(key) if plans is not None else None
     if schedule is None:
-        schedule = plan_stages(Stages(trace, setting.config, profile, R, verdicts, predictor), progress=progress)
+        schedule = plan_stages(Stages(trace, setting, profile, R, verdicts, predictor), progress=progress)
         if plans is not None:
             plans[key] = schedule
     elif progress is not None:
@@ -242,7 +242,7 @@ def _run(trace, setting: Setting, profile, R, schedule, verdicts, predictor, *, 
                                 requests=tuple(range(R)))
     live = None
     if coupled:   # the stages before residency run live, their outcome recorded as they go
-        stages = Stages(trace, config, profile, R, verdicts, predictor)
+        stages = Stages(trace, setting, profile, R, verdicts, predictor)
         live = ScheduleRecorder(stages)
         events = live_steps(stages, available=residency.available_after, opened=residency.open,
                             overhead=lambda: residency.extra_selector_ms, progress=progress)

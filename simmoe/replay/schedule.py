@@ -130,11 +130,11 @@ class Step:
 class Stages:
     """The stages before residency for one replay: admission, pools, selection, verification, demand."""
 
-    def __init__(self, trace, config, profile, num_requests: int, verdicts: np.ndarray, predictor):
+    def __init__(self, trace, setting, profile, num_requests: int, verdicts: np.ndarray, predictor):
         self.trace = trace
         self.R = int(num_requests)
-        self.batch = int(config.batch)
-        self.selection = SelectionStage(trace, config, profile, self.batch)
+        self.batch = int(setting.config.batch)
+        self.selection = SelectionStage(trace, setting, profile, self.batch)
         self.pools = TracePools(trace, predictor, verdicts, self.selection.context.cost,
                                 reads_verdicts=self.selection.flags["reads_verdicts"])
         self.verification = Verification(trace, verdicts)

@@ -46,9 +46,12 @@ def selector_flags(name: str) -> dict[str, bool]:
             "needs_prepare": bool(getattr(cls, "needs_prepare", False))}
 
 
-def selector_context(trace, profile, config, batch: int = 1) -> SelectorContext:
-    """The selector's configuration: the trace's K, the profile's cost models (Eq. 4, EVICT C(k))."""
-    flags = selector_flags(config.selector)
+def selector_context(trace, profile, config, batch: int = 1, flags: dict[str, bool] | None = None) -> SelectorContext:
+    """The selector's configuration: the trace's K, the profile's cost models (Eq. 4, EVICT C(k)).
+
+    ``flags``: the selector's declarations (a resolved setting's ``selector_flags``); looked up by name if None.
+    """
+    flags = selector_flags(config.selector) if flags is None else flags
     cost = profile.cost_model(config.cache_active) if flags["uses_cost"] else NO_CONTEXT_COST
     evict = evict_table(trace, profile, batch) if flags["uses_evict_cost"] else ()
     options = dict(config.options)
@@ -57,11 +60,6 @@ def selector_context(trace, profile, config, batch: int = 1) -> SelectorContext:
 
         options.setdefault("residency_discount", profile_discount(profile))
     return SelectorContext(K=trace.pool_shape.K, cost=cost, evict_cost=evict, options=options)
-
-
-def make_selector(name: str, context: SelectorContext):
-    """Build the selector registered as ``name`` (or ``module:Name``) with ``context``."""
-    return plugins.instantiate("selector", name, context)
 
 
 class BatchCost:
@@ -150,12 +148,13 @@ _EVICT_CACHE: dict = {}
 class SelectionStage:
     """The selection stage of one replay: the selector, its batch-aware costs, its timing and checks."""
 
-    def __init__(self, trace, config, profile, batch: int):
+    def __init__(self, trace, setting, profile, batch: int):
+        config = setting.config             # setting: the replay's resolved configuration (config.Setting)
         self.name = config.selector
-        self.flags = selector_flags(config.selector)
+        self.flags = setting.selector_flags
         self.drafts = self.flags["drafts"]
-        self.context = selector_context(trace, profile, config, batch)
-        self.selector = make_selector(config.selector, self.context)
+        self.context = selector_context(trace, profile, config, batch, self.flags)
+        self.selector = setting.new_selector(self.context)
         self.batch_cost = BatchCost(profile, self.context.cost, max(int(trace.pool_shape.max_nodes), self.context.K),
                                     int(trace.pool_shape.depth)) if self.flags["uses_cost"] and batch > 1 else None
         self.checked = not type(self.selector).__module__.startswith("simmoe.")   # plugins' choices are checked
