@@ -180,17 +180,20 @@ def test_the_milp_formulation_agrees_on_a_64_node_held_out_pool():
 @pytest.mark.parametrize("limit", [0.001, 0.005, 0.02])
 def test_a_time_limited_call_returns_within_its_limit(limit):
     # the selection's own pacing, not the scheduler's: the imports are done before the
-    # clock matters, every pool starts from cold caches; the tolerance (50 ms) covers a
-    # busy CI machine, the strict 5 ms is measured by benchmarks/bench_solvers.py
+    # clock matters, every pool starts from cold caches. What is asserted is the work the
+    # call did (its thread's CPU time), which waiting for a busy CI machine's cores cannot
+    # inflate; the wall clock only has to show no runaway. The strict limit + 5 ms of wall
+    # time is measured by benchmarks/bench_solvers_held_out.py, not by a timed test.
     preload()
     rng = np.random.default_rng(22)
     cost = family_cost("eagle-correlated", 32)
     for _ in range(3):
         pool = family_pool(rng, "eagle-correlated", 64)
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         sel = select_exact(pool, 32, cost, time_limit=limit)
-        took = time.perf_counter() - t0
-        assert took <= limit + 0.05, f"{took * 1e3:.1f} ms at a limit of {limit * 1e3:g} ms"
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
+        assert cpu <= limit + 0.02, f"{cpu * 1e3:.1f} ms of CPU at a limit of {limit * 1e3:g} ms"
+        assert wall <= limit + 1.0, f"{wall * 1e3:.1f} ms at a limit of {limit * 1e3:g} ms"
         assert pool.is_legal(sel.nodes) and sel.upper_bound >= sel.ratio
 
 
