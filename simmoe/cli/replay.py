@@ -124,6 +124,7 @@ def register(sub) -> None:
     import argparse
 
     from simmoe.replay import plugins
+    from simmoe.replay.caches import ADMISSIONS
     from simmoe.replay.engine import DEFAULT_PROFILE, TIMING_MODELS
     from simmoe.replay.selectors import DEFAULT_SELECTORS
 
@@ -150,6 +151,9 @@ def register(sub) -> None:
                         "(instead of --slots per layer; docs/caches.md)")
     p.add_argument("--cache-mib", type=float, default=None, metavar="M",
                    help="the same budget in MiB of expert weights (M MiB / the trace's bytes per expert)")
+    p.add_argument("--admission", default="forced", choices=ADMISSIONS,
+                   help="forced: every missed expert takes a cache slot, as engines' expert caches do (default); "
+                        "bypass: a missed expert the policy ranks low is used and dropped (docs/caches.md)")
     p.add_argument("--hardware", default=None,
                    help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
                         "the physical profile of the trace's model on the same GPU and link, said in one line)")
@@ -271,7 +275,8 @@ def _setup(args) -> _Setup:
                         route_accuracy=args.route_accuracy, selector_ms=fixed_ms if fixed_ms != "model" else None,
                         selector_clock=args.selector_clock, timing=args.timing, seed=args.seed,
                         requests=args.requests, options=_options(args), temperature=temperature,
-                        batch=args.batch, prefetch=args.prefetch, cache_budget=args.cache_experts).validate()
+                        batch=args.batch, prefetch=args.prefetch, cache_budget=args.cache_experts,
+                        admission=args.admission).validate()
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
@@ -545,9 +550,9 @@ def setting_text(config, resident: bool, batch: int) -> str:
     if resident:
         where = "resident experts (no cache)"
     elif config.cache_active and config.cache_budget is not None:
-        where = f"{config.cache_budget} experts across layers, {config.cache} cache"
+        where = f"{config.cache_budget} experts across layers, {config.cache} cache, {config.admission} admission"
     elif config.cache_active:
-        where = f"{config.slots} slots/layer, {config.cache} cache"
+        where = f"{config.slots} slots/layer, {config.cache} cache, {config.admission} admission"
     else:
         where = "no cache"
     if not resident and config.prefetch != "none":

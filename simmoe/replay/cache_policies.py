@@ -2,19 +2,22 @@
 
 A policy only ranks experts; :class:`simmoe.replay.caches.ExpertCache` serves
 the forwards and keeps, per layer, the candidates (resident ∪ demand) of
-largest score within the slots (module docstring there).  Scores here are
-distinct within a layer by construction (``unique_scores``), so the keep rule
-needs no tie-break.
+largest score within the slots, the forward's own experts first under forced
+admission (module docstring there).  Scores here are distinct within a layer
+by construction (``unique_scores``), so the keep rule needs no tie-break.
 
 * ``lru`` — least recently used (SpecFit §4.1).  Within a forward, hits are
   used before misses (hits compute at once, misses after their copy lands),
   each group in ascending expert id; a stamp per expert records that order.
 * ``lfu`` — least frequently used over the whole history (demands, resident
-  or not), ties to the more recently used (LRU order as above).
-* ``belady`` — the offline optimum (MIN with bypass) on the replay's own
-  future demand: keeps the experts whose next demand comes soonest, ties to
-  the smaller id.  It minimises copies over every policy that copies only on
-  demand, so it is a bound, not a deployable policy.
+  or not), ties to the more recently used (LRU order as above): textbook LFU
+  under forced admission; under bypass a just-missed expert with few uses is
+  dropped at once.
+* ``belady`` — the offline optimum (Belady's MIN) on the replay's own future
+  demand: keeps the experts whose next demand comes soonest, ties to the
+  smaller id.  Under each admission rule it minimises copies over every
+  policy of that rule that copies only on demand (docs/caches.md), so it is a
+  bound, not a deployable policy.
 * ``static`` — the ``slots`` most popular experts per layer (popularity
   counted over the replay's demand, ties to the smaller id) are pinned:
   loaded at their first demand and kept; every other expert is copied each
@@ -41,6 +44,8 @@ class LRU:
 
     name: ClassVar[str] = "lru"
     unique_scores: ClassVar[bool] = True
+    # a forward's experts get the newest stamps, above every other expert: forced admission changes nothing
+    demand_first: ClassVar[bool] = True
     # recency stamps stay below this, so that LFU can pack (frequency, stamp) in one int64
     STAMP_LIMIT: ClassVar[int] = 1 << 32
 
@@ -85,6 +90,7 @@ class LFU(LRU):
     """Least frequently used over the whole history, ties to the least recently used."""
 
     name: ClassVar[str] = "lfu"
+    demand_first: ClassVar[bool] = False      # a just-missed expert may have fewer uses than a resident
 
     def reset(self, shape: CacheShape) -> None:
         super().reset(shape)
@@ -100,7 +106,7 @@ class LFU(LRU):
 
 
 class Belady:
-    """Offline optimum (MIN with bypass) on the known future of demand matrices.
+    """Offline optimum (Belady's MIN, under either admission rule) on the known future of demand matrices.
 
     ``shape.future[t]`` must be the demand of the t-th forward; a mismatch
     raises :class:`CheckFailed`.  Next-use times are kept as sorted occurrence

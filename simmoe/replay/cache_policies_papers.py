@@ -46,6 +46,8 @@ class LeastStale:
 
     name: ClassVar[str] = "least-stale"
     alpha: ClassVar[float] = 0.25
+    # a forward's experts have staleness 0, every other expert more: forced admission changes nothing
+    demand_first: ClassVar[bool] = True
 
     def reset(self, shape: CacheShape) -> None:
         L, N = shape.num_layers, shape.num_experts

@@ -14,7 +14,12 @@ simmoe's own; plugins are found by name, :mod:`simmoe.replay.plugins`):
 * hits = |demand ∩ resident|, misses = |demand \\ resident|;
 * the policy observes the forward, then the resident set becomes the
   candidates resident ∪ demand of largest policy score, at most ``slots`` per
-  layer (a score of ``-inf`` is never kept; ties to the smaller id).  When a
+  layer (a score of ``-inf`` is never kept; ties to the smaller id), under one
+  of two admission rules (:data:`ADMISSIONS`): ``forced`` (the default, as
+  engines do) keeps every expert the forward demanded before any other — the
+  best ``slots`` of them by score when they are more — so a missed expert
+  always takes a slot; ``bypass`` ranks demanded and resident experts alike,
+  so a missed expert of low score is staged, used and dropped at once.  When a
   forward's union exceeds the slots, a missed expert still passes through a
   slot (it is computed once its copy lands) and may be dropped again before
   the forward ends;
@@ -54,6 +59,8 @@ from simmoe.errors import CheckFailed, SimmoeError
 from simmoe.replay.plugins import read_only, read_only_trace, spec_of
 
 POLICIES = ("none", "lru", "lfu", "belady", "static")
+# what happens to a missed expert after its forward (docs/caches.md): it takes a slot, or may bypass the cache
+ADMISSIONS = ("forced", "bypass")
 # the modules of simmoe's own cache policies (module docstring of simmoe.replay.cache_policies)
 OWN_POLICY_MODULES = frozenset({"simmoe.replay.cache_policies", "simmoe.replay.cache_policies_papers",
                                 "simmoe.replay.cache_learned"})
@@ -70,13 +77,14 @@ class ExpertCache:
 
     def __init__(self, num_layers: int, num_experts: int, slots: int, policy: Any = None, *,
                  future: Sequence[np.ndarray] | None = None, seed: int = 0, trace: Any = None,
-                 requests: tuple[int, ...] = (), budget: int | None = None):
+                 requests: tuple[int, ...] = (), budget: int | None = None, admission: str = "forced"):
         if num_layers <= 0 or num_experts <= 0:
             raise SimmoeError(f"cache needs num_layers > 0 and num_experts > 0, got {num_layers}, {num_experts}")
         if slots < 0:
             raise SimmoeError(f"cache slots must be >= 0, got {slots}")
         if budget is not None and int(budget) < 0:
             raise SimmoeError(f"cache budget must be >= 0 experts, got {budget}")
+        self.admission = check_admission(admission)
         self.num_layers = int(num_layers)
         self.num_experts = int(num_experts)
         # one budget across layers: any layer may hold up to all its experts, the total at most `budget`
@@ -90,6 +98,9 @@ class ExpertCache:
         # skips the check every other policy's scores pass, and only they may promise distinct scores
         self._trusted = type(policy).__module__ in OWN_POLICY_MODULES
         self._unique = self._trusted and bool(getattr(policy, "unique_scores", False))
+        # a policy of simmoe's own that ranks a forward's experts above all others (lru, least-stale) keeps
+        # the same experts under both rules: its replay skips forcing (tests check the promise)
+        self._forced = self.admission == "forced" and not (self._trusted and getattr(policy, "demand_first", False))
         self._inserted = getattr(policy, "inserted", None)
         self._shape = CacheShape(self.num_layers, self.num_experts, self.slots, budget=self.budget,
                                  future=None if future is None else tuple(_handed(d) for d in future),
@@ -211,29 +222,50 @@ class ExpertCache:
                 self._count -= dropped.sum(axis=1)
         if self.budget is not None:
             if int(self._count.sum()) > self._E:
-                self._keep_global(scores, None)
+                self._keep_global(scores, (demand & self.resident).reshape(-1) if self._forced else None)
             return
         if self._count.max(initial=0) > self.slots:
-            # every layer at once: a layer within its slots keeps everything (its threshold is the lowest key)
-            self.resident = self._keep(self.resident, scores, None)
+            if self._forced:
+                self._keep_forced(demand, scores)
+            else:
+                # every layer at once: a layer within its slots keeps everything (its threshold is the lowest key)
+                self.resident = self._keep(self.resident, scores, None)
             np.minimum(self._count, self.slots, out=self._count)
+
+    def _keep_forced(self, demand: np.ndarray, scores: np.ndarray) -> None:
+        """Forced admission, per layer over its slots: the forward's experts first, then the best of the rest.
+
+        A layer whose forward demanded at least ``slots`` experts keeps the
+        ``slots`` best of them (by score, ties to the smaller id) and nothing
+        else; any other layer keeps all it demanded and fills the remaining
+        slots with the best of its other residents.  A demanded expert of
+        score -inf has already been dropped (never kept, whatever the rule).
+        """
+        dem = demand & self.resident
+        full = dem.sum(axis=1) > self.slots
+        if full.any():   # those layers choose among their demanded experts alone, with no rank forced
+            cand = np.where(full[:, None], dem, self.resident)
+            dem &= ~full[:, None]
+        else:
+            cand = self.resident
+        # every layer at once, as without forcing: a layer within its slots keeps everything
+        self.resident = self._keep(cand, scores, dem, fits=True)
 
     def _keep_global(self, scores: np.ndarray, forced: np.ndarray | None) -> None:
         """Under one budget: keep the ``budget`` resident experts of largest score (``forced`` [L·N] first).
 
         Ties go to the smaller flat index ``layer·N + id``, i.e. the smaller (layer, id).
+        When the ``forced`` are more than the budget, the best of them are kept.
         """
         flat = self.resident.reshape(-1)
         cand = np.flatnonzero(flat)
         if len(cand) <= self._E:
             return
         key = scores.reshape(-1)[cand]
-        top = np.inf if key.dtype.kind == "f" else _HIGHEST
         if key.dtype.kind != "f":
             key = key.astype(np.int64, copy=False)
-        if forced is not None:
-            key = np.where(forced[cand], top, key)
-        order = np.lexsort((-cand, key))          # ascending score, then descending index: drop the head
+        # ascending (forced, score), then descending index: drop the head
+        order = np.lexsort((-cand, key) if forced is None else (-cand, key, forced[cand]))
         drop = cand[order[:len(cand) - self._E]]
         flat[drop] = False
         self._count -= np.bincount(drop // self.num_experts, minlength=self.num_layers)
@@ -258,11 +290,14 @@ class ExpertCache:
         self._count[layer] += n
         self.resident[layer, experts] = True
 
-    def _keep(self, candidates: np.ndarray, key: np.ndarray, forced: np.ndarray | None) -> np.ndarray:
+    def _keep(self, candidates: np.ndarray, key: np.ndarray, forced: np.ndarray | None,
+              fits: bool = False) -> np.ndarray:
         """Per row, the ``slots`` candidates of largest ``key`` (``forced`` ones first).
 
         One partition over the rows when keys are distinct (simmoe's own
-        policies); otherwise ties go to the smaller expert id.
+        policies); otherwise ties go to the smaller expert id.  ``fits``: no
+        row has more ``forced`` than slots, so forced keys (the top value) never
+        tie at a row's threshold and distinct keys keep the one-partition path.
         """
         if key.dtype.kind == "f":
             top = np.inf
@@ -275,7 +310,7 @@ class ExpertCache:
         masked = np.where(candidates, key, low)
         cut = self.num_experts - self.slots
         threshold = np.partition(masked, cut, axis=1)[:, cut]
-        unique = self._unique and (forced is None or not forced.any())
+        unique = self._unique and (forced is None or fits or not forced.any())
         if not unique and masked.dtype == np.float64:
             return self._ties(candidates, masked, threshold[:, None])
         kept = candidates & (masked >= threshold[:, None])
@@ -331,6 +366,15 @@ def check_scores(scores: Any, name: str, num_layers: int, num_experts: int) -> n
     return s.astype(np.int64, copy=False)
 
 
+def check_admission(admission: Any) -> str:
+    """``admission`` if it is one of :data:`ADMISSIONS`, else one line naming the choices."""
+    if not isinstance(admission, str) or admission not in ADMISSIONS:
+        raise SimmoeError(f"--admission {admission!r}: the admission rule is one of {', '.join(ADMISSIONS)} "
+                          "(forced: every missed expert takes a slot, as engines do; bypass: it may be dropped "
+                          "after its forward)")
+    return admission
+
+
 def _handed(a: np.ndarray) -> np.ndarray:
     """``a`` as a policy may see it: itself when already read-only, else a read-only view."""
     return read_only(a) if a.flags.writeable else a
@@ -371,7 +415,7 @@ def builtin_policy(name: str, popularity: np.ndarray | None = None):
 def make_cache(policy: Any, num_layers: int, num_experts: int, slots: int, *,
                future: Sequence[np.ndarray] | None = None, popularity: np.ndarray | None = None,
                seed: int = 0, trace: Any = None, requests: tuple[int, ...] = (),
-               budget: int | None = None) -> ExpertCache:
+               budget: int | None = None, admission: str = "forced") -> ExpertCache:
     """Build a cache.  ``slots == 0`` means no cache (policy ``none``) whatever ``policy`` says.
 
     ``budget``: when not None, one budget of experts across all layers instead
@@ -380,8 +424,9 @@ def make_cache(policy: Any, num_layers: int, num_experts: int, slots: int, *,
     ``policy``: a name of simmoe's own policies or a :class:`simmoe.api.CachePolicy`
     instance.  ``belady`` needs ``future`` (the sequence of demand matrices the
     replay will present, in order); ``static`` needs ``popularity`` ``[L, N]``
-    or ``future``.
+    or ``future``.  ``admission``: one of :data:`ADMISSIONS` (module docstring).
     """
+    check_admission(admission)
     if isinstance(policy, str) and policy not in POLICIES:
         raise SimmoeError(f"unknown cache policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if slots is None or int(slots) < 0:
@@ -396,4 +441,4 @@ def make_cache(policy: Any, num_layers: int, num_experts: int, slots: int, *,
             raise SimmoeError("cache policy 'static' needs expert popularity [L, N]")
         policy = builtin_policy(policy, popularity)
     return ExpertCache(num_layers, num_experts, slots, policy, future=future, seed=seed, trace=trace,
-                       requests=requests, budget=budget)
+                       requests=requests, budget=budget, admission=admission)

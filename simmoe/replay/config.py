@@ -54,6 +54,9 @@ class ReplayConfig:
     # one budget of experts across layers (--cache-experts / --cache-mib) instead of `slots` per layer;
     # a residency setting: it never enters plan_key
     cache_budget: int | None = None
+    # whether a missed expert must take a cache slot ("forced", as engines do) or may bypass the cache
+    # ("bypass"; simmoe.replay.caches.ADMISSIONS, docs/caches.md); a residency setting: never in plan_key
+    admission: str = "forced"
 
     @property
     def draw_seed(self) -> int:
@@ -77,6 +80,9 @@ class ReplayConfig:
         b = self.cache_budget
         if b is not None and (isinstance(b, bool) or int(b) != b or b < 0):
             raise SimmoeError(f"--cache-experts {b!r}: the cache budget must be a non-negative number of experts")
+        from simmoe.replay.caches import check_admission
+
+        check_admission(self.admission)
         if self.timing not in TIMING_MODELS:
             raise SimmoeError(f"unknown timing model {self.timing!r}; known: {', '.join(TIMING_MODELS)}")
         check_accuracy(self.route_accuracy)

@@ -125,7 +125,7 @@ def build_residency(trace, config, profile, timer, pools, *, future=None, sequen
     if config.cache_active:
         policy = setting.new_cache_policy()
         cache = ExpertCache(L, N, int(config.slots), policy, future=future, seed=config.seed, trace=trace,
-                            requests=requests, budget=budget)
+                            requests=requests, budget=budget, admission=config.admission)
     prefetch = None
     if config.prefetch != "none":
         prefetch = setting.new_prefetch_policy()

@@ -3,11 +3,12 @@
 Each entry is one ``simmoe replay`` command line (every selector at once), so
 the grid covers, for both shipped traces and a temperature-1 ``qa`` trace:
 all selectors (``--selectors all``, plus ``specfit-prefetch`` where it runs),
-every cache policy, every prefetch policy, batch 1 / 4 / 16, every timing
-model, route prediction, and one fitted, one physical offload and one
-resident profile.  Axes are crossed where a setting interacts with another
-(cache × batch, prefetch × cache × route accuracy, profile × batch × timing);
-single values elsewhere, to keep the grid to about a minute.
+every cache policy (``lfu`` and ``belady`` under both admission rules), every
+prefetch policy, batch 1 / 4 / 16, every timing model, route prediction, and
+one fitted, one physical offload and one resident profile.  Axes are crossed
+where a setting interacts with another (cache × batch, prefetch × cache ×
+route accuracy, profile × batch × timing); single values elsewhere, to keep
+the grid to about a minute.
 
 ``record.py`` writes the corpus; ``test_corpus.py`` replays the grid and
 requires every recorded number to be reproduced exactly.
@@ -51,6 +52,8 @@ def _entries_for(trace: str, requests: int, profiles: dict[str, str], extra: tup
         add("lru-12-all", "--slots", "12", "--selectors", "all")
         for cache in CACHES:                      # every cache policy, at a small and a large size
             add(f"{cache}-12", "--cache", cache, "--slots", "12", "--selectors", FEW)
+        for cache in ("lfu", "belady"):           # the admission rule these two act on (forced is the default)
+            add(f"{cache}-12-bypass", "--cache", cache, "--slots", "12", "--admission", "bypass", "--selectors", FEW)
         add("lru-0", "--slots", "0", "--selectors", FEW)
         add("lru-48", "--slots", "48", "--selectors", FEW)
         add("belady-48", "--cache", "belady", "--slots", "48", "--selectors", FEW)

@@ -3,7 +3,11 @@
 Each reference cache processes a forward the way docs/caches.md states it,
 with dicts and sets: hits = demand ∩ resident, the policy observes, then the
 candidates resident ∪ demand of largest score are kept — at most ``slots``
-per layer, or ``budget`` in all — ties to the smaller (layer, id).
+per layer, or ``budget`` in all — ties to the smaller (layer, id).  Under
+forced admission the forward's demanded experts rank before every other
+candidate; under bypass they compete on score alone.  The optima enumerate
+every choice a cache could make after each forward (dynamic programming over
+cache states), under either admission rule.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import numpy as np
 from hypothesis import strategies as st
 
 
-def keep(cands, score, slots=None, budget=None):
-    """The kept set: per layer the ``slots`` best, or the ``budget`` best overall; -inf is never kept."""
+def keep(cands, score, slots=None, budget=None, first=frozenset()):
+    """The kept set: per layer the ``slots`` best, or the ``budget`` best overall; -inf is never kept.
+
+    ``first`` (the forward's demand, under forced admission) ranks before every other candidate.
+    """
     cands = [c for c in cands if score[c] != -math.inf]
-    order = sorted(cands, key=lambda c: (-score[c], c))
+    order = sorted(cands, key=lambda c: (c not in first, -score[c], c))
     if budget is not None:
         return set(order[:budget])
     out, per = set(), {}
@@ -29,7 +36,7 @@ def keep(cands, score, slots=None, budget=None):
     return out
 
 
-def run_reference(policy, L, N, stream, slots=None, budget=None):
+def run_reference(policy, L, N, stream, slots=None, budget=None, admission="bypass"):
     """(hits per layer, misses per layer) per forward of a reference policy object."""
     resident: set = set()
     out = []
@@ -37,7 +44,8 @@ def run_reference(policy, L, N, stream, slots=None, budget=None):
         demand = {(layer, int(e)) for layer in range(L) for e in np.flatnonzero(d[layer])}
         hits = demand & resident
         policy.observe(t, demand, hits)
-        resident = keep(resident | demand, policy.score(L, N), slots, budget)
+        resident = keep(resident | demand, policy.score(L, N), slots, budget,
+                        demand if admission == "forced" else frozenset())
         out.append(([sum(1 for c in hits if c[0] == layer) for layer in range(L)],
                     [sum(1 for c in demand - hits if c[0] == layer) for layer in range(L)]))
     return out
@@ -100,8 +108,15 @@ class RefLFRU:
                 for layer in range(L) for e in range(N)}
 
 
-def optimum_copies_global(L, N, budget, stream):
-    """Fewest copies of any on-demand policy with one budget across layers (DP over cache states)."""
+def optimum_copies_global(L, N, budget, stream, admission="bypass"):
+    """Fewest copies of any on-demand policy with one budget across layers (DP over cache states).
+
+    After each forward every choice of kept experts is enumerated: under
+    bypass any subset of resident ∪ demand within the budget; under forced
+    admission the forward's demand must stay (all of it, or when it is more
+    than the budget, any ``budget`` of it), any subset of the other residents
+    beside it.
+    """
     items = [(layer, e) for layer in range(L) for e in range(N)]
     best = {frozenset(): 0}
     for d in stream:
@@ -109,14 +124,79 @@ def optimum_copies_global(L, N, budget, stream):
         nxt: dict = {}
         for state, cost in best.items():
             c = cost + len(need - state)
-            pool = sorted(state | need)
-            for r in range(min(budget, len(pool)) + 1):
-                for kept in itertools.combinations(pool, r):
-                    k = frozenset(kept)
-                    if nxt.get(k, 1 << 30) > c:
-                        nxt[k] = c
+            for k in _choices(state, need, budget, admission):
+                if nxt.get(k, 1 << 30) > c:
+                    nxt[k] = c
         best = nxt
     return min(best.values())
+
+
+def _choices(state, need, cap, admission):
+    """Every set a cache of ``cap`` may keep after a forward that demanded ``need`` from ``state``."""
+    if admission == "bypass":
+        pool = sorted(state | need)
+        return [frozenset(k) for r in range(min(cap, len(pool)) + 1) for k in itertools.combinations(pool, r)]
+    if len(need) >= cap:
+        return [frozenset(k) for k in itertools.combinations(sorted(need), cap)]
+    rest = sorted(state - need)
+    return [need | frozenset(k) for r in range(min(cap - len(need), len(rest)) + 1)
+            for k in itertools.combinations(rest, r)]
+
+
+def optimum_copies_per_layer(L, N, slots, stream, admission="bypass"):
+    """Fewest copies with ``slots`` per layer: layers are independent, so the sum of one-layer optima."""
+    return sum(optimum_copies_global(1, N, min(slots, N), [[d[layer]] for d in stream], admission)
+               for layer in range(L))
+
+
+class RefLFU(RefLRU):
+    """Uses over the whole history, ties to the more recent (simmoe's lfu: count, then the lru stamp)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = {}
+
+    def observe(self, t, demand, hits):
+        super().observe(t, demand, hits)
+        for c in demand:
+            self.count[c] = self.count.get(c, 0) + 1
+
+    def score(self, L, N):
+        rec = super().score(L, N)
+        return {c: self.count.get(c, 0) * 2.0**40 + max(rec[c], 0.0) for c in rec}
+
+
+def textbook_lfu(L, N, slots, stream):
+    """Textbook LFU with forced admission, one access at a time (hits, then misses, each ascending id).
+
+    A miss takes a slot; a full layer evicts, among the residents this forward
+    has not demanded, the one of fewest uses (over the whole history), ties to
+    the least recently used.  Only when every resident is this forward's (its
+    demand is more than the slots) does the lowest of those go, which may be
+    the one just loaded.  Returns (hits per layer, misses per layer) per forward.
+    """
+    freq = [dict() for _ in range(L)]
+    last = [dict() for _ in range(L)]
+    resident = [set() for _ in range(L)]
+    clock, out = 0, []
+    for d in stream:
+        hs, ms = [], []
+        for layer in range(L):
+            need = set(np.flatnonzero(d[layer]).tolist())
+            hits = sorted(need & resident[layer])
+            misses = sorted(need - resident[layer])
+            hs.append(len(hits))
+            ms.append(len(misses))
+            for e in hits + misses:
+                clock += 1
+                freq[layer][e] = freq[layer].get(e, 0) + 1
+                last[layer][e] = clock
+                resident[layer].add(e)
+                if len(resident[layer]) > slots:
+                    pool = (resident[layer] - need) or resident[layer]
+                    resident[layer].remove(min(pool, key=lambda x: (freq[layer][x], last[layer][x])))
+        out.append((hs, ms))
+    return out
 
 
 @st.composite

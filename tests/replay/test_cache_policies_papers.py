@@ -37,11 +37,11 @@ def streams(max_layers=3, max_experts=8, max_forwards=25, budget=False):
     return demand_streams(max_layers, max_experts, max_forwards, min_size=1, budget=budget)
 
 
-def build(policy, L, N, size, stream, budget):
+def build(policy, L, N, size, stream, budget, admission="bypass"):
     pop = sum(stream) if stream else np.zeros((L, N), int)
     slots, b = (0, size) if budget else (size, None)
     return make_cache(policy if policy in ("lru", "lfu", "belady", "static") else plugins.instantiate("cache", policy),
-                      L, N, slots, future=stream, popularity=pop, budget=b)
+                      L, N, slots, future=stream, popularity=pop, budget=b, admission=admission)
 
 
 def replay(cache, stream, budget):

@@ -55,8 +55,11 @@ def test_a_small_trace_renders_with_every_policy_and_the_synthetic_label(tmp_pat
     df, meta = caches.run_trace("small", str(tmp_path / "t.parquet"), 3, setting)
     assert set(df["policy"]) == set(caches.POLICIES) and set(df["selector"]) == set(caches.SELECTORS)
     assert len(df) == len(caches.POLICIES) * len(caches.SELECTORS) * len(setting.fractions) * 2
-    on = df[df["policy"] != "belady"].merge(df[df["policy"] == "belady"], on=["selector", "kind", "frac"])
-    assert (on["h2d_per_token_x"] >= on["h2d_per_token_y"] - 1e-9).all()     # Belady is the ceiling
+    # Belady (forced admission, the default) is the ceiling of every policy that admits; static admits
+    # nothing outside its pinned set, so only the bypass optimum bounds it (docs/caches.md)
+    admits = ~df["policy"].isin(["belady", "static"])
+    on = df[admits].merge(df[df["policy"] == "belady"], on=["selector", "kind", "frac"])
+    assert (on["h2d_per_token_x"] >= on["h2d_per_token_y"] - 1e-9).all()
     text = caches.render(df, [meta], setting, "cmd", 1.0)
     assert "## small (SYNTHETIC trace)" in text and "What decides the winner" in text
     assert "learned trains on" in text and "3 of 9" in text
