@@ -153,7 +153,13 @@ def render(df, metas: list[dict], setting: Setting, command: str, wall_s: float)
              "*budget* keeps the same total number of experts as one budget across layers, spread as the "
              "policy ranks them.  `belady` (the replay's future demand) is the ceiling; `static` pins the "
              "replay's most popular experts (it reads the replay's demand, so it is offline too); the winner "
-             "is taken among the online policies.", "", "## Traces", ""]
+             "is taken among the online policies.", "",
+             "Admission: **forced**, as the engines load a missed expert (the replay's default, "
+             "`--admission forced`; docs/caches.md): every expert a forward demands takes a slot, and `belady` "
+             "is the optimum of that rule.  `static` keeps nothing outside its pinned set (its misses are "
+             "staged, never admitted), so it can beat forced `belady`; under `--admission bypass` every policy "
+             "may stage a miss instead, and `lfu`, `belady`, `lfru`, `eam` and `learned` give other numbers.",
+             "", "## Traces", ""]
     rows = []
     for m in metas:
         tag = "SYNTHETIC" if m["synthetic"] else "recorded (real routes)"
