@@ -185,6 +185,9 @@ def register(sub) -> None:
                    help="ddd: stop drafting when a level's path-probability mass is below this")
     p.add_argument("--coverage-rho", type=float, default=0.7,
                    help="coverage: fraction of the top-K probability mass to verify")
+    p.add_argument("--draft-max", type=int, default=16, help="llama-chain: most draft tokens (llama.cpp's)")
+    p.add_argument("--draft-min", type=int, default=0, help="llama-chain: shorter chains are not verified")
+    p.add_argument("--draft-p-min", type=float, default=0.75, help="llama-chain: stop below this draft probability")
     p.add_argument("--wide", action="store_true", help="show every column")
     p.add_argument("--columns", metavar="A,B,...", default=None,
                    help="columns to show, in order (keys: " + ", ".join(COLUMNS) + ")")
@@ -447,7 +450,10 @@ def _options(args) -> tuple:
                           "the ddd threshold must be a probability mass in [0, 1]")
     if not 0.0 < rho <= 1.0:
         raise SimmoeError(f"--coverage-rho {args.coverage_rho}: the coverage rho must be a fraction in (0, 1]")
-    return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho}.items()))
+    from simmoe.replay.selectors import llama_chain_options
+
+    llama = llama_chain_options(args.draft_max, args.draft_min, args.draft_p_min)
+    return tuple(sorted({"ddd_threshold": ddd, "coverage_rho": rho, **llama}.items()))
 
 
 def widen_for(console, table) -> None:

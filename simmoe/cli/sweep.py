@@ -60,6 +60,10 @@ def register(sub) -> None:
                    help="ddd: stop drafting when a level's path-probability mass is below this (default 0.3)")
     p.add_argument("--coverage-rho", type=float, default=0.7,
                    help="coverage: fraction of the top-K probability mass to verify (default 0.7)")
+    p.add_argument("--draft-max", type=int, default=16, help="llama-chain: most draft tokens (default 16)")
+    p.add_argument("--draft-min", type=int, default=0, help="llama-chain: shorter chains are not verified (default 0)")
+    p.add_argument("--draft-p-min", type=float, default=0.75,
+                   help="llama-chain: stop the chain below this draft probability (default 0.75)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: the number of CPUs; with --engine ray and no "
                         "--address, the CPUs of the local Ray runtime)")
@@ -140,7 +144,7 @@ def _setup(args):
 
     from simmoe.cli.checks import check_seed
     from simmoe.cli.replay import parse_selector_ms
-    from simmoe.replay.selectors import parse_selectors
+    from simmoe.replay.selectors import llama_chain_options, parse_selectors
     from simmoe.sweep.grid import Grid, cached_trace, check_output_path
 
     check_output_path(args.out, inputs=args.traces)
@@ -167,8 +171,8 @@ def _setup(args):
         route_accuracy=_list("route-accuracy", args.route_accuracy, float),
         selector_ms=ms, selector_clock=args.selector_clock,
         timing=args.timing, seed=args.seed, requests=args.requests,
-        options=tuple(sorted({"ddd_threshold": args.ddd_threshold,
-                              "coverage_rho": args.coverage_rho}.items())),
+        options=tuple(sorted({"ddd_threshold": args.ddd_threshold, "coverage_rho": args.coverage_rho,
+                              **llama_chain_options(args.draft_max, args.draft_min, args.draft_p_min)}.items())),
     )
     configs = grid.configs()  # validates every axis (and loads every profile) before any work
     if pairs is not None:     # each trace on the profile that follows it

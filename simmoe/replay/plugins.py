@@ -43,7 +43,7 @@ REQUIRED = {"selector": ("select",), "cache": ("reset", "observe", "scores"),
 # simmoe's own, in the order its documentation lists them
 ORDER = {
     "selector": ("ar", "eagle3", "evict", "ddd", "coverage", "specfit", "specfit-full", "optimal",
-                 "unconstrained", "oracle", "specfit-prefetch"),
+                 "unconstrained", "oracle", "specfit-prefetch", "llama-chain"),
     "cache": ("lru", "lfu", "belady", "static", "least-stale", "lfru", "eam", "learned"),
     "prefetch": ("draft", "next-layer", "oracle", "eam", "score"),
 }

@@ -24,6 +24,8 @@ Names are the CLI's:
 ``unconstrained``  largest ratio without the size limit (parametric min cut,
                    App. A.3)
 ``oracle``         verifies exactly the longest agreeing path (upper bound)
+``llama-chain``    llama.cpp's rule: greedy chain by q while q ≥ p_min, at
+                   most --draft-max nodes, none below --draft-min
 =================  ===========================================================
 
 Every exact search is delegated to :mod:`solvers`.
@@ -365,6 +367,78 @@ class Oracle(Selector):
     def select(self, view):
         path = longest_agreeing_path(view.parents, view.agree)
         return Choice(path, len(path))
+
+
+# llama.cpp's defaults (common/common.h, common_params_speculative: n_max, n_min, p_min)
+LLAMA_DRAFT_MAX, LLAMA_DRAFT_MIN, LLAMA_DRAFT_P_MIN = 16, 0, 0.75
+
+
+def llama_chain_options(draft_max, draft_min, p_min) -> dict[str, float]:
+    """``--draft-max``, ``--draft-min``, ``--draft-p-min`` checked: the options of ``llama-chain``."""
+    for flag, v in (("--draft-max", draft_max), ("--draft-min", draft_min)):
+        if isinstance(v, bool) or float(v) != int(float(v)) or int(float(v)) < 0:
+            raise SimmoeError(f"{flag} {v}: must be a non-negative integer (a number of draft tokens)")
+    n_max, n_min, p = int(float(draft_max)), int(float(draft_min)), float(p_min)
+    if n_max < 1:
+        raise SimmoeError(f"--draft-max {draft_max}: llama-chain drafts at least one token")
+    if n_min > n_max:
+        raise SimmoeError(f"--draft-min {draft_min} exceeds --draft-max {draft_max}: no chain would be verified")
+    if not 0.0 <= p <= 1.0:
+        raise SimmoeError(f"--draft-p-min {p_min}: must be a probability in [0, 1]")
+    return {"draft_max": n_max, "draft_min": n_min, "draft_p_min": p}
+
+
+class LlamaChain(Selector):
+    """llama.cpp's own draft rule: one greedy chain, stopped below a probability.
+
+    As ``common_speculative_gen_draft`` (llama.cpp ``common/speculative.cpp``,
+    read at ggerganov/llama.cpp 0d4d0c1 and in a later version) drafts: take the
+    draft model's most probable token; stop, without keeping it, when its
+    probability is below ``p_min`` (``--draft-p-min``); keep it and stop once
+    ``n_max`` (``--draft-max``) tokens are kept; a chain shorter than ``n_min``
+    (``--draft-min``) is dropped and nothing is verified.  Defaults 16, 0,
+    0.75 (``common_params_speculative`` in ``common/common.h``; builds of early
+    2025 had n_min = 5, p_min = 0.9).  On a pool: from the root, the child
+    of largest q (ties: smallest id) while q ≥ p_min, at most min(n_max, K)
+    nodes.  llama.cpp's p is renormalised over its draft sampler's top-k
+    candidates; a pool's q is the drafter's conditional probability.
+
+    Drafted levels follow ``ddd``: the level where the chain stopped on a
+    low-probability child was drafted (the draft model computed it), so the
+    chain's length plus one, capped at the pool's depth; a chain cut at its
+    size limit drafted only its own levels.
+    """
+
+    name = "llama-chain"
+    summary = "llama.cpp's rule: greedy chain by q, stopped below --draft-p-min, at most --draft-max"
+
+    def __init__(self, context):
+        super().__init__(context)
+        o = context.options
+        opts = llama_chain_options(o.get("draft_max", LLAMA_DRAFT_MAX), o.get("draft_min", LLAMA_DRAFT_MIN),
+                                   o.get("draft_p_min", LLAMA_DRAFT_P_MIN))
+        self.n_max, self.n_min, self.p_min = opts["draft_max"], opts["draft_min"], opts["draft_p_min"]
+
+    def select(self, view):
+        parents, q = view.parents, view.q.astype(np.float64)
+        limit = min(self.n_max, self.K)
+        chain: list[int] = []
+        low = False
+        parent = -1
+        while len(chain) < limit:
+            kids = np.flatnonzero(parents == parent)
+            if not len(kids):
+                break
+            best = int(kids[np.argmax(q[kids])])   # argmax: the first, i.e. smallest id, of tied children
+            if q[best] < self.p_min:
+                low = True
+                break
+            chain.append(best)
+            parent = best
+        drafted = min(len(chain) + int(low), view.depth)
+        if len(chain) < self.n_min:
+            return Choice(_EMPTY, drafted)
+        return Choice(np.sort(np.asarray(chain, dtype=np.int64)), drafted)
 
 
 def _registry():
