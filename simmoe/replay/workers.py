@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from simmoe.errors import SimmoeError
 
@@ -232,6 +233,34 @@ def _collect(futures: dict, procs: dict, started, on_result: Callable) -> None:
             checkpoint()
 
 
+class PackedTimeline(bytes):
+    """A replay's timeline pickled in its worker: the pool's result thread receives bytes, not a few million
+    Python objects whose unpickling would hold the interpreter (and so a Ctrl-C) for seconds; the main thread
+    unpacks one replay's at a time (:func:`_timeline_unpacked`)."""
+
+
+def _timelines_packed(run_group: Callable, group, progress):
+    """``run_group(group, progress)`` in a worker, each result's timeline packed for the trip back."""
+    import pickle
+
+    results = run_group(group, progress)
+    for res in results:
+        if getattr(res, "timeline", None):
+            res.timeline = PackedTimeline(pickle.dumps(res.timeline, protocol=pickle.HIGHEST_PROTOCOL))
+    return results
+
+
+def _timeline_unpacked(res):
+    import pickle
+
+    from simmoe.interrupt import checkpoint
+
+    if isinstance(getattr(res, "timeline", None), PackedTimeline):
+        res.timeline = pickle.loads(res.timeline)
+        checkpoint()          # a signal that came while unpacking is acted on now
+    return res
+
+
 def run_groups(order: Sequence[Sequence[int]], items: Sequence, run_group: Callable, *, trace, profiles,
                workers: int = 1, on_done: Callable[[list], None] | None = None,
                progress: Callable[[int], None] | None = None) -> list:
@@ -259,10 +288,11 @@ def run_groups(order: Sequence[Sequence[int]], items: Sequence, run_group: Calla
             def collect(j, results, error):
                 if error is not None:
                     raise error
-                place(order[j], results)
+                place(order[j], [_timeline_unpacked(res) for res in results])
 
             try:
-                run_pooled(run_group, [([items[i] for i in ix], None) for ix in order], workers, collect)
+                run_pooled(partial(_timelines_packed, run_group), [([items[i] for i in ix], None) for ix in order],
+                           workers, collect)
             except WorkerDied as exc:
                 what = "" if exc.index is None else " while replaying " + describe([items[i] for i in order[exc.index]])
                 raise SimmoeError(f"{exc}{what}") from None
