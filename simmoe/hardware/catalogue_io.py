@@ -34,6 +34,16 @@ def read_toml(path: Path, what: str) -> dict:
         raise CatalogueError(f"{path}: not a text file") from None
 
 
+def read_tables(path: Path, what: str, names: tuple[str, str]) -> tuple[dict, dict]:
+    """The two tables ``names`` of a description file (``[a.*]`` and ``[b.*]``), any other table refused."""
+    doc = read_toml(path, what)
+    unknown = sorted(set(doc) - set(names))
+    if unknown:
+        a, b = names
+        raise CatalogueError(f"{path}: unknown table [{unknown[0]}] (a {what} file holds [{a}.*] and [{b}.*])")
+    return table(doc, names[0], str(path)), table(doc, names[1], str(path))
+
+
 def number(t: dict, name: str, where: str, *, positive: bool = False) -> float:
     """Field ``name`` of table ``t`` as a finite float >= 0 (> 0 with ``positive``), or a one-line error."""
     x = t.get(name)

@@ -25,9 +25,8 @@ from simmoe.hardware.catalogue_io import (
     check_name,
     integer,
     number,
-    read_toml,
+    read_tables,
     string,
-    table,
 )
 
 CPUS_FILE = DATA_DIR / "cpus.toml"
@@ -169,12 +168,9 @@ def load_cpus(path: str | Path | None = None) -> dict[str, CPU]:
     p = Path(path) if path is not None else CPUS_FILE
     if path is None and str(p) in _CPUS:
         return _CPUS[str(p)]
-    doc = read_toml(p, "CPU description")
-    unknown = sorted(set(doc) - {"cores", "cpus"})
-    if unknown:
-        raise CatalogueError(f"{p}: unknown table [{unknown[0]}] (a CPU file holds [cores.*] and [cpus.*])")
-    cores = {k: _core_from_table(k, t, str(p)) for k, t in table(doc, "cores", str(p)).items()}
-    out = {k: _cpu_from_table(k, t, cores, str(p)) for k, t in table(doc, "cpus", str(p)).items()}
+    core_tables, cpu_tables = read_tables(p, "CPU description", ("cores", "cpus"))
+    cores = {k: _core_from_table(k, t, str(p)) for k, t in core_tables.items()}
+    out = {k: _cpu_from_table(k, t, cores, str(p)) for k, t in cpu_tables.items()}
     if not out:
         raise CatalogueError(f"{p}: holds no CPU")
     if path is None:

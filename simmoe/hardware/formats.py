@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from simmoe.hardware.catalogue_io import DATA_DIR, CatalogueError, check_name, integer, read_toml, string, table
+from simmoe.hardware.catalogue_io import DATA_DIR, CatalogueError, check_name, integer, read_tables, string
 
 FORMATS_FILE = DATA_DIR / "formats.toml"
 
@@ -127,15 +127,12 @@ def load_format_file(path: str | Path | None = None) -> tuple[dict[str, BlockTyp
     p = Path(path) if path is not None else FORMATS_FILE
     if path is None and str(p) in _FORMATS:
         return _FORMATS[str(p)]
-    doc = read_toml(p, "weight format")
-    unknown = sorted(set(doc) - {"blocks", "formats"})
-    if unknown:
-        raise CatalogueError(f"{p}: unknown table [{unknown[0]}] (a format file holds [blocks.*] and [formats.*])")
-    blocks = {k: _block_from_table(k, t, str(p)) for k, t in table(doc, "blocks", str(p)).items()}
+    block_tables, format_tables = read_tables(p, "weight format", ("blocks", "formats"))
+    blocks = {k: _block_from_table(k, t, str(p)) for k, t in block_tables.items()}
     for b in blocks.values():
         if b.fallback and b.fallback not in blocks:
             raise CatalogueError(f"{p}: block {b.key!r}: fallback {b.fallback!r} is not a block of the file")
-    formats = {k: _format_from_table(k, t, blocks, str(p)) for k, t in table(doc, "formats", str(p)).items()}
+    formats = {k: _format_from_table(k, t, blocks, str(p)) for k, t in format_tables.items()}
     if not formats:
         raise CatalogueError(f"{p}: holds no format")
     if path is None:
