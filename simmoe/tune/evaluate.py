@@ -1,0 +1,175 @@
+"""One configuration's prediction: a synthetic trace of its pool shape, replayed under its selection.
+
+Generating a trace is the expensive part (routes of every pool node); a
+replay costs little.  So configurations are evaluated in groups that share
+a trace (:meth:`TuneConfig.trace_key`: the same top-k expansion and depth),
+each trace generated once per (shape, requests) in a process and every K and
+selection replayed on it: a pool of the drafted tree's largest-probability
+nodes holds the pool of any smaller K (the top-K nodes by path probability),
+so narrowing the trace's ``max_nodes`` and ``K`` replays SGLang's
+``--speculative-num-draft-tokens``.
+
+Every number here is a prediction on SYNTHETIC traces.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from simmoe.errors import SimmoeError
+from simmoe.tune.space import TuneConfig
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every evaluation of one tuning run shares: workload, hardware, batch, the user's calibration."""
+
+    workload: str
+    hardware: str
+    batch: int = 1
+    seed: int = 0
+    # the drafter's confidence shifted in logit space (0: the preset's drafter; simmoe.tune.calibrate)
+    confidence_shift: float = 0.0
+    # serving terms replacing the profile's fitted ones (None: the fitted setting's)
+    step_ms: float | None = None
+    spec_iteration_ms: float | None = None
+
+
+def check_workload(workload: str) -> None:
+    from simmoe.synth import PRESETS
+
+    if workload not in PRESETS:
+        raise SimmoeError(f"--workload {workload}: no synthetic preset of that name (known: "
+                          f"{', '.join(sorted(PRESETS))}); tune generates each tree shape from a preset, "
+                          "so a recorded trace, whose shape is fixed, cannot be tuned")
+
+
+def shifted(conf: float, shift: float) -> float:
+    """``conf`` moved by ``shift`` in logit space (stays inside (0, 1))."""
+    if shift == 0.0:
+        return conf
+    z = math.log(conf / (1.0 - conf)) + shift
+    return float(min(max(1.0 / (1.0 + math.exp(-z)), 1e-4), 1.0 - 1e-4))
+
+
+def synth_params(setup: Setup, pool):
+    """The workload preset's parameters with the configuration's pool and the calibrated confidence."""
+    from simmoe.synth import PRESETS
+
+    p = PRESETS[setup.workload].params
+    changes: dict = {"pool": pool}
+    if setup.confidence_shift:
+        changes["easy_confidence"] = shifted(p.easy_confidence, setup.confidence_shift)
+        changes["hard_confidence"] = shifted(p.hard_confidence, setup.confidence_shift)
+    return p.with_(**changes)
+
+
+_PROFILES: dict = {}
+_TRACES: dict = {}
+
+
+def profile_of(setup: Setup):
+    """The hardware profile, its serving terms replaced where the user's measured point set them."""
+    key = (setup.hardware, setup.step_ms, setup.spec_iteration_ms)
+    if key not in _PROFILES:
+        from simmoe.hardware.profile import HardwareProfile, load_profile, validate
+
+        prof = load_profile(setup.hardware)
+        if (setup.step_ms is not None or setup.spec_iteration_ms is not None) and prof.physical is not None:
+            from simmoe.hardware.physical import profile_fields
+
+            o = prof.physical.o
+            o = replace(o, step_ms=o.step_ms if setup.step_ms is None else float(setup.step_ms),
+                        spec_iteration_ms=(o.spec_iteration_ms if setup.spec_iteration_ms is None
+                                           else float(setup.spec_iteration_ms)),
+                        source=o.source + "; serving terms recalibrated to the user's measured point")
+            prof = validate(HardwareProfile(**profile_fields(setup.hardware, overheads=o)))
+        _PROFILES[key] = prof
+    return _PROFILES[key]
+
+
+def trace_for(setup: Setup, cfg: TuneConfig, requests: int):
+    """The synthetic trace of ``cfg``'s pool shape over the first ``requests`` requests (memoized)."""
+    from simmoe.synth import generate
+
+    key = (setup.workload, setup.seed, setup.confidence_shift, cfg.trace_key(), requests)
+    if key not in _TRACES:
+        if len(_TRACES) > 64:   # a long search visits many shapes: keep memory bounded
+            _TRACES.clear()
+        pool = cfg.pool()
+        full = replace(pool, K=pool.max_nodes)
+        _TRACES[key] = generate(synth_params(setup, full), seed=setup.seed, num_requests=requests,
+                                preset=setup.workload)
+    return _TRACES[key]
+
+
+def narrowed(trace, cfg: TuneConfig):
+    """``trace`` with the pool budget of ``cfg``: the top-K nodes by path probability may be verified."""
+    if cfg.is_ar:
+        return trace
+    k = max(1, min(cfg.K, int(trace.pool_shape.max_nodes)))
+    shape = replace(trace.pool_shape, K=k, max_nodes=k if cfg.selection != "llama-chain" else
+                    int(trace.pool_shape.max_nodes))
+    return replace(trace, meta={**trace.meta, "pool_shape": shape.to_dict()})
+
+
+def replay_config(setup: Setup, cfg: TuneConfig, profile):
+    from simmoe.replay.config import ReplayConfig
+
+    resident = bool(profile.resident)
+    return ReplayConfig(selector=cfg.selection, hardware=profile.name, batch=setup.batch, seed=setup.seed,
+                        options=cfg.options(), selector_ms=0.0,
+                        slots=0 if resident else int(cfg.cache_slots or 48),
+                        cache="none" if resident else "lru")
+
+
+def evaluate(setup: Setup, cfg: TuneConfig, requests: int) -> dict:
+    """The predicted counters of ``cfg`` on the first ``requests`` requests (module docstring)."""
+    from simmoe.replay.engine import replay
+
+    profile = profile_of(setup)
+    trace = narrowed(trace_for(setup, cfg, requests), cfg)
+    res = replay(trace, replay_config(setup, cfg, profile), profile)
+    s = res.summary()
+    row = {"tokens_per_s": float(s["decode_tps"]), "accept_len": float(s["mat"]),
+           "verified": float(s["draft_nodes"]) + (0.0 if cfg.is_ar else 1.0),
+           "output_tokens": int(s["output_tokens"]), "requests": int(requests)}
+    row.update(breakdown(res, profile))
+    return row
+
+
+def breakdown(res, profile) -> dict:
+    """Per decoded token: drafting, verification compute, expert reads or copies, framework time (ms).
+
+    Framework time is the serving loop's per-step overhead and the speculative
+    iteration's serving term (both inside the replay's commit and drafting
+    times); expert reads are the resident experts' bytes at the achieved HBM
+    bandwidth (copies over the link where experts are offloaded), the rest of
+    the forward is verification compute (dense weights, attention, the LM head).
+    """
+    st = res.steps
+    tokens = float(np.sum(res.cycles["committed"]))
+    if tokens <= 0:
+        return {}
+    phys = profile.physical
+    drafting_steps = float(np.sum(np.asarray(st["levels"]) > 0))
+    spec = float(phys.o.spec_iteration_ms) if phys is not None else float(profile.draft_fixed_ms)
+    draft = float(np.sum(st["draft_ms"])) - drafting_steps * spec
+    forward = float(np.sum(st["forward_ms"]))
+    if profile.resident and phys is not None:
+        experts = float(np.sum(st["hits"])) * phys.expert_bytes / phys.bw * 1e3
+    else:
+        experts = float(np.sum(st["misses"])) * profile.effective_copy_ms
+    experts = min(experts, forward)
+    framework = float(np.sum(st["commit_ms"])) + float(np.sum(st["selector_ms"])) + drafting_steps * spec
+    return {"draft_ms_per_token": draft / tokens, "compute_ms_per_token": (forward - experts) / tokens,
+            "experts_ms_per_token": experts / tokens, "framework_ms_per_token": framework / tokens,
+            "experts_per_step": float(np.sum(st["hits"]) + np.sum(st["misses"])) / max(len(st["step_ms"]), 1)}
+
+
+def evaluate_group(setup: Setup, cfgs: list[TuneConfig], requests: int) -> list[dict]:
+    """:func:`evaluate` for configurations that share one trace (what a worker process runs)."""
+    return [evaluate(setup, c, requests) for c in cfgs]
