@@ -42,6 +42,7 @@ import numpy.typing as npt
 __all__ = [
     "CachePolicy", "CacheShape", "Choice", "ForwardEvent", "PoolView", "PrefetchJobs", "PrefetchPolicy",
     "PrefetchStep", "Selector", "SelectorContext", "StepInfo", "Undeclared", "UndeclaredError", "ENTRY_POINT_GROUPS",
+    "Drafter", "DRAFTER_GROUP",
 ]
 
 BoolMatrix = npt.NDArray[np.bool_]
@@ -50,6 +51,9 @@ FloatArray = npt.NDArray[np.float64]
 
 # entry-point group of each kind of plugin
 ENTRY_POINT_GROUPS = {"selector": "simmoe.selectors", "cache": "simmoe.caches", "prefetch": "simmoe.prefetch"}
+# drafters (:class:`Drafter`) are found apart: they shape the pools of a synthetic trace and cost its drafting,
+# outside the replay's stages (simmoe.drafters)
+DRAFTER_GROUP = "simmoe.drafters"
 
 
 # --------------------------------------------------------------------------
@@ -442,3 +446,50 @@ class PrefetchPolicy(Protocol):
     def drafting(self, step: PrefetchStep) -> PrefetchJobs | None: ...
 
     def layers(self, step: PrefetchStep) -> Sequence[Sequence[int]] | None: ...
+
+
+# --------------------------------------------------------------------------
+# drafters
+# --------------------------------------------------------------------------
+@runtime_checkable
+class Drafter(Protocol):
+    """What proposes the candidates: a pool shape, an acceptance model and a drafting cost, in one place.
+
+    A drafter is built from its parameters, ``DrafterClass(params)`` with a
+    ``dict`` of name -> value (strings from the command line, numbers from a
+    trace's metadata; unknown names are refused by the drafter).  simmoe's
+    own are ``eagle3`` (the default: the pools every shipped trace holds),
+    ``mtp``, ``llama-chain`` and ``dflash`` (docs/extending.md,
+    docs/synthetic-traces.md); others register under the entry-point group
+    :data:`DRAFTER_GROUP` or are named ``module:Name``.
+
+    * :meth:`pool_shape` — the candidate pool (a ``simmoe.trace.schema.PoolShape``:
+      children per expansion, depth, node cap, verification budget K); a
+      chain has one child per level (``chain`` True: no siblings).
+    * :meth:`level_mean` — the acceptance model: the mean top-1 draft
+      probability of the nodes at ``level`` for positions of latent
+      predictability ``z`` (the synthetic workload's, shared by every drafter
+      so that drafters are compared on the same text); ``mean_z`` is the
+      workload's mean predictability.  The synthetic generator draws the
+      target's agreement with probability q (docs/synthetic-traces.md).
+    * :meth:`drafting_ms` — the time to draft ``levels`` levels for
+      ``requests`` requests at once on ``physical`` (a
+      ``simmoe.hardware.physical.PhysicalModel``: the target's geometry and
+      the GPU), 0 when ``levels`` is 0.  It must be affine in ``levels``
+      (a fixed part per drafting iteration plus a part per level): the event
+      model's profiles hold exactly those two numbers.
+    * :meth:`parameters` — every parameter with its value, recorded in a
+      trace's metadata so that a replay rebuilds the same drafter.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    chain: ClassVar[bool]
+
+    def pool_shape(self) -> Any: ...
+
+    def level_mean(self, z: FloatArray, level: int, mean_z: float) -> FloatArray: ...
+
+    def drafting_ms(self, physical: Any, levels: int, requests: int = 1) -> float: ...
+
+    def parameters(self) -> dict[str, Any]: ...

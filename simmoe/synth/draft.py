@@ -29,6 +29,7 @@ Generative model (docs/synthetic-traces.md, "Draft pools"):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,10 +104,13 @@ class Pools:
 
 
 def draft_pools(true_tokens: np.ndarray, z: np.ndarray, params,
-                rng: np.random.Generator) -> Pools:
+                rng: np.random.Generator, level_mean: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Pools:
     """Pools of every position of one request (vectorised over positions; loops over levels).
 
     ``true_tokens[u]`` is the output text, ``z[u]`` its predictability.
+    ``level_mean(z_u, j)``: another drafter's acceptance model, the mean top-1
+    q of level j (:class:`simmoe.api.Drafter`); None: EAGLE-3's,
+    ``z_u · depth_decay^(j-1)`` (the same random draws either way).
     Complexity O(n · M · k) for n positions and M nodes per pool.
     """
     pool: PoolShape = params.pool
@@ -142,7 +146,8 @@ def draft_pools(true_tokens: np.ndarray, z: np.ndarray, params,
             chain_par = np.take_along_axis(chain, par, axis=1)
         live = (j <= depth_t)[:, None]                      # [n, 1]
         u = np.minimum(t + j, n - 1)                        # position the children predict
-        mean1 = (z[u] * params.depth_decay ** (j - 1))[:, None] * np.ones((1, b))
+        top1 = z[u] * params.depth_decay ** (j - 1) if level_mean is None else level_mean(z[u], j)
+        mean1 = top1[:, None] * np.ones((1, b))
         qs = np.empty((n, b, k), dtype=np.float64)
         qs[:, :, 0] = _beta_mean(mean1, params.draft_concentration, rng)
         rest = 1.0 - qs[:, :, 0]

@@ -139,7 +139,7 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
              preset: str | None = None, fitted_to: tuple[str, ...] = (),
              routes: bool = True, node_routes: bool = True,
              progress: Callable[[int, int], None] | None = None,
-             temperature: float = 0.0) -> Trace:
+             temperature: float = 0.0, drafter=None) -> Trace:
     """A synthetic trace of the first ``num_requests`` (default: all) questions of ``params.dataset``.
 
     ``subset`` (indices into the question list, increasing) picks requests
@@ -151,12 +151,17 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     the same as in the full trace: enough for AR statistics).  ``progress(done,
     total)`` is called after each request.  ``temperature > 0`` adds the
     target's distributions at that temperature (:mod:`simmoe.synth.sampling`,
-    own random stream: everything else is the same as at 0).  Cost O(P·M·L·k) for P positions,
+    own random stream: everything else is the same as at 0).  ``drafter``: a
+    :class:`simmoe.api.Drafter` whose pool shape ``params.pool`` must be and
+    whose acceptance model draws the pools (None or ``eagle3``: EAGLE-3's, and
+    the trace is what it was before drafters were components; any other is
+    named in the metadata).  Cost O(P·M·L·k) for P positions,
     M nodes per pool; about 15 s for the 80-request GSM8K preset on one core.
     """
     g = params.geometry
     dkey = _DATASET_KEY.get(params.dataset, 0)
     with_nodes = bool(node_routes)
+    level_mean = _level_mean(params, drafter)
     index = _request_index(params, num_requests, subset)
     R = len(index)
     qids, prompt_len, out_len = request_lengths(params, _rng(seed, _LENGTHS, dkey),
@@ -170,13 +175,17 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     for r in range(R):
         key = int(index[r])               # streams follow the request, not its place here
         pre = _request_parts(parts, params, seed=seed, dkey=dkey, key=key, prompt_len=int(prompt_len[r]),
-                             n=int(out_len[r]), probs=probs, with_nodes=with_nodes, temperature=temperature)
+                             n=int(out_len[r]), probs=probs, with_nodes=with_nodes, temperature=temperature,
+                             level_mean=level_mean)
         if pre is not None:
             prefill[r] = pre
         if progress is not None:
             progress(r + 1, R)
     meta = _synthetic_meta(params, seed=seed, preset=preset, fitted_to=fitted_to, routes=routes,
                            with_nodes=with_nodes, index=index, subset=subset is not None, temperature=temperature)
+    if level_mean is not None:   # EAGLE-3's traces stay as they were: only another drafter is named
+        meta["drafter"] = {"name": drafter.name, "params": drafter.parameters(),
+                           "acceptance": "synthetic: the drafter's acceptance model (simmoe.drafters)"}
     requests = Requests(
         request_id=np.array([str(int(x)) for x in qids], dtype=object),
         dataset=np.array([params.dataset] * R, dtype=object),
@@ -186,6 +195,22 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
         prefill_time_ms=np.full(R, np.nan),
     )
     return _assemble(parts, meta, requests, out_len, params, temperature)
+
+
+def _level_mean(params: SynthParams, drafter) -> Callable[[np.ndarray, int], np.ndarray] | None:
+    """The drafter's acceptance model on this workload (None: EAGLE-3's own, the generator's default)."""
+    if drafter is None or drafter.name == "eagle3":
+        return None
+    if drafter.pool_shape() != params.pool:
+        raise SimmoeError(f"drafter {drafter.name}: its pool shape {drafter.pool_shape().to_dict()} is not the "
+                          f"parameters' {params.pool.to_dict()}")
+    # the workload's mean predictability: the stationary mix of easy and hard stretches (simmoe.synth.draft)
+    mean_z = params.easy_share * params.easy_confidence + (1 - params.easy_share) * params.hard_confidence
+
+    def level_mean(z: np.ndarray, level: int) -> np.ndarray:
+        return np.asarray(drafter.level_mean(z, level, mean_z), dtype=np.float64)
+
+    return level_mean
 
 
 def _request_index(params: SynthParams, num_requests: int | None, subset) -> np.ndarray:
@@ -200,7 +225,7 @@ def _request_index(params: SynthParams, num_requests: int | None, subset) -> np.
 
 def _request_parts(parts: dict[str, list[np.ndarray]], params: SynthParams, *, seed: int, dkey: int, key: int,
                    prompt_len: int, n: int, probs: np.ndarray | None, with_nodes: bool,
-                   temperature: float) -> np.ndarray | None:
+                   temperature: float, level_mean=None) -> np.ndarray | None:
     """Append request ``key``'s text, pools and routes to ``parts``; its prefill union (None without routes)."""
     g = params.geometry
     L, k, dtype = g.num_layers, g.top_k, g.route_dtype
@@ -208,7 +233,7 @@ def _request_parts(parts: dict[str, list[np.ndarray]], params: SynthParams, *, s
     true_tokens = drng.integers(0, params.vocab_size, size=n).astype(np.int32)
     easy = stretches(n, params.easy_share, params.stretch_tokens, drng)
     z = predictability(easy, params, drng)
-    pools = draft_pools(true_tokens, z, params, drng)
+    pools = draft_pools(true_tokens, z, params, drng, level_mean)
     v = pools.valid
     parts["root_token"].append(true_tokens)
     parts["node_count"].append(v.sum(axis=1))
