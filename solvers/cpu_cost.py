@@ -1,0 +1,302 @@
+"""Reward and predicted time of a subtree when experts are computed on the CPU.
+
+In this regime (llama.cpp ``--n-cpu-moe``, KTransformers, Fiddler's compute
+branch) a layer runs each distinct expert of the verified tokens' union once,
+on the CPU: it reads the expert's bytes from DRAM (r) or computes the n tokens
+routed to it (g per token), whichever takes longer.  SpecFit's T̂ = b_|S| + β·F
+(Eq. 4) becomes
+
+    T(S) = b_{|S|} + Σ_{(ℓ,e) ∈ union} c_{ℓe}(n_{ℓe}(S)),   c(n) = max(r, g·n), c(0) = 0,
+
+with n_{ℓe}(S) the verified tokens (the root and the nodes of S) routed to
+expert e of layer ℓ.  Experts held on the GPU are priced by the GPU's rates
+(0 by default).  R̂(S) is Eq. 3 unchanged; F(S) counts the union's pairs held
+on the CPU (the root's included, as in :mod:`solvers.cost`).
+
+Canonical arithmetic (so that every method returns the same numbers and
+§3.3's tie rule is well defined): R̂ is summed from 1.0 over ascending ids,
+each pair's cost is ``max(r, g·n)`` with the product rounded once, the CPU
+part is ``math.fsum`` of those (the correctly rounded sum, so independent of
+the order of the pairs) and T = b[|S|] + that sum.  With g = 0 and r = β on
+every pair the sum is fl(β·F), so T is exactly :class:`solvers.cost.CostModel`'s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from solvers.cost import CostModel, Selection
+from solvers.errors import InvalidInput
+from solvers.pool import Pool
+
+__all__ = ["RoutedPool", "CpuCostModel", "CpuView", "cpu_view", "cpu_evaluate"]
+
+
+class RoutedPool:
+    """A :class:`Pool` that keeps every node's (layer, expert) pairs, the root's included.
+
+    :class:`Pool`'s bitmaps drop the root's pairs (under Eq. 4 they cost the same
+    whatever is selected); here a pair's cost grows with the tokens routed to it,
+    so the counts need them.  ``pool``: the pool; ``node_pairs[v]``: the distinct flat
+    ids layer·N + expert of node v, ascending; ``root_pairs``: the root's.
+    """
+
+    __slots__ = ("pool", "node_pairs", "root_pairs", "_cache")
+
+    def __init__(self, pool: Pool, node_pairs: tuple[np.ndarray, ...], root_pairs: np.ndarray):
+        self.pool = pool
+        self.node_pairs = node_pairs
+        self.root_pairs = root_pairs
+        self._cache: dict = {}
+
+    @classmethod
+    def from_routes(cls, parents, probs, root_routes, node_routes, num_experts: int) -> RoutedPool:
+        """Validate (as :meth:`Pool.from_routes`) and build.  O(n·L·k) numpy work."""
+        pool = Pool.from_routes(parents, probs, root_routes, node_routes, num_experts)
+        L, N = pool.num_layers, pool.num_experts
+        offset = (np.arange(L, dtype=np.int64) * N)[:, None]
+        root = np.unique((np.asarray(root_routes, dtype=np.int64) + offset).ravel())
+        if pool.n:
+            flat = (np.asarray(node_routes, dtype=np.int64) + offset).reshape(pool.n, -1)
+            node_pairs = tuple(np.unique(row) for row in flat)
+        else:
+            node_pairs = ()
+        return cls(pool, node_pairs, root)
+
+    @property
+    def n(self) -> int:
+        return self.pool.n
+
+    def __repr__(self) -> str:
+        return f"RoutedPool({self.pool!r})"
+
+
+def _rates(name: str, value, L: int, N: int, default: float) -> np.ndarray:
+    """A scalar, per-layer [L] or per-expert [L, N] rate as float64 [L·N] (finite, >= 0)."""
+    if value is None:
+        value = default
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{name} must be a number or an array of numbers, got {value!r}") \
+            from None
+    if arr.ndim == 0:
+        arr = np.full((L, N), float(arr))
+    elif arr.shape == (L,):
+        arr = np.repeat(arr[:, None], N, axis=1)
+    elif arr.shape != (L, N):
+        raise InvalidInput(f"{name} has shape {arr.shape}: give a number, one per layer "
+                           f"({L},) or one per expert ({L}, {N})")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise InvalidInput(f"{name}: every rate must be finite and >= 0")
+    return arr.reshape(-1)
+
+
+def _placement(on_cpu, L: int, N: int) -> np.ndarray:
+    """``on_cpu`` (None: every expert; bool [L]: whole layers; bool [L, N]) as bool [L·N]."""
+    if on_cpu is None:
+        return np.ones(L * N, dtype=bool)
+    arr = np.asarray(on_cpu)
+    if arr.dtype != bool:
+        raise InvalidInput(f"on_cpu must be booleans, got dtype {arr.dtype}")
+    if arr.shape == (L,):
+        arr = np.repeat(arr[:, None], N, axis=1)
+    elif arr.shape != (L, N):
+        raise InvalidInput(f"on_cpu has shape {arr.shape}: give one per layer ({L},) or one "
+                           f"per expert ({L}, {N})")
+    return arr.reshape(-1).copy()
+
+
+class CpuCostModel:
+    """T(S) = b[|S|] + Σ over the union's pairs of max(r, g·n) (module docstring).
+
+    ``b``: intercepts (as :class:`CostModel`: non-empty, finite, > 0).  ``read`` (r) and
+    ``compute`` (g, per token): for the experts on the CPU, a number, one per layer [L]
+    or one per expert [L, N].  ``on_cpu``: which experts are on the CPU (None: all; bool
+    [L] by layer, as ``--n-cpu-moe``; bool [L, N]).  ``gpu_read``, ``gpu_compute``: the
+    same rates for the experts on the GPU (default 0: their time is in b).  Shapes are
+    checked against a pool's geometry when the model meets it (:func:`cpu_view`).
+    """
+
+    __slots__ = ("b", "read", "compute", "on_cpu", "gpu_read", "gpu_compute", "_key")
+
+    def __init__(self, b: Sequence[float], read, compute=0.0, *, on_cpu=None,
+                 gpu_read=0.0, gpu_compute=0.0):
+        self.b: tuple[float, ...] = CostModel(b, 0.0).b     # the same checks as Eq. 4's
+        parts = []
+        for name, value in (("read", read), ("compute", compute), ("gpu_read", gpu_read),
+                            ("gpu_compute", gpu_compute)):
+            try:
+                arr = np.array(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InvalidInput(f"{name} must be a number or an array of numbers, "
+                                   f"got {value!r}") from None
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise InvalidInput(f"{name}: every rate must be finite and >= 0")
+            arr.flags.writeable = False
+            parts.append(arr)
+        self.read, self.compute, self.gpu_read, self.gpu_compute = parts
+        place = None
+        if on_cpu is not None:
+            place = np.array(on_cpu)
+            if place.dtype != bool:
+                raise InvalidInput(f"on_cpu must be booleans, got dtype {place.dtype}")
+            place.flags.writeable = False
+        self.on_cpu = place
+        self._key = (self.b, *((a.shape, a.tobytes()) for a in parts),
+                     None if place is None else (place.shape, place.tobytes()))
+
+    def rates(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(r, g, on_cpu) per flat pair layer·N + expert, for a pool of L layers × N experts."""
+        cpu = _placement(self.on_cpu, L, N)
+        r = np.where(cpu, _rates("read", self.read, L, N, 0.0),
+                     _rates("gpu_read", self.gpu_read, L, N, 0.0))
+        g = np.where(cpu, _rates("compute", self.compute, L, N, 0.0),
+                     _rates("gpu_compute", self.gpu_compute, L, N, 0.0))
+        return r, g, cpu
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CpuCostModel) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        return (f"CpuCostModel(b={list(self.b)!r}, read={self.read.tolist()!r}, "
+                f"compute={self.compute.tolist()!r}, on_cpu="
+                f"{None if self.on_cpu is None else self.on_cpu.tolist()!r})")
+
+
+class CpuView:
+    """What the selection needs of one (pool, cost): per node its priced pairs.
+
+    Pairs with a cost (r > 0 or g > 0) that the root or a node uses are numbered
+    densely: ``r``, ``g`` (float64), ``on_cpu`` (bool), ``root_counts`` (int64: 1 where
+    the root routes) and ``holders`` (int64: the nodes that route there) per pair.
+    ``free_cpu``: the CPU pairs used that cost nothing.  Per node v: ``idx[v]`` its priced pairs that another token may share
+    (int arrays), ``alone[v]`` the cost of those only v routes to (always max(r, g)
+    when v is in), ``credit[v]`` and ``gamma[v]`` its weights in the two lower
+    bounds (:mod:`solvers.cpu_exact`).  ``cpu_pool``: the pool whose bitmaps hold the
+    CPU pairs only (F).  ``c0``: the root-only cost, canonical.
+    """
+
+    __slots__ = ("pool", "cpu_pool", "b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders",
+                 "idx", "node_idx", "alone", "credit", "gamma", "gamma0", "c0")
+
+    def __init__(self, rpool: RoutedPool, cost: CpuCostModel):
+        pool = rpool.pool
+        L, N = pool.num_layers, pool.num_experts
+        r_all, g_all, cpu = cost.rates(L, N)
+        self.pool, self.b = pool, cost.b
+        self.cpu_pool = pool if cpu.all() else pool.with_free(~cpu.reshape(L, N))
+        priced = (r_all > 0) | (g_all > 0)
+        used = np.zeros(L * N, dtype=bool)
+        used[rpool.root_pairs] = True
+        for row in rpool.node_pairs:
+            used[row] = True
+        keep = np.flatnonzero(used & priced)
+        dense = np.full(L * N, -1, dtype=np.int64)
+        dense[keep] = np.arange(keep.size)
+        self.r, self.g, self.on_cpu = r_all[keep], g_all[keep], cpu[keep]
+        #: CPU pairs the pool uses that cost nothing (counted in F all the same)
+        self.free_cpu = int(np.count_nonzero(used & cpu & ~priced))
+        holders = np.zeros(keep.size, dtype=np.int64)
+        root_counts = np.zeros(keep.size, dtype=np.int64)
+        rp = dense[rpool.root_pairs]
+        root_counts[rp[rp >= 0]] = 1
+        self.root_counts = root_counts
+        node_idx = []
+        for row in rpool.node_pairs:
+            d = dense[row]
+            d = d[d >= 0]
+            node_idx.append(d)
+            holders[d] += 1
+        self.node_idx: tuple[np.ndarray, ...] = tuple(node_idx)
+        self.holders = holders
+        first_r = np.maximum(self.r, self.g)                     # c(1)
+        second = np.maximum(self.r, 2.0 * self.g) - first_r      # c(2) − c(1)
+        seen = root_counts.astype(bool)
+        idx, alone, credit, gamma = [], [], [], []
+        for d in node_idx:
+            solo = (holders[d] == 1) & (root_counts[d] == 0)
+            idx.append(d[~solo])
+            alone.append(math.fsum(first_r[d[solo]].tolist()))
+            # the pairs v holds first in id order (none held by the root) cost c(1) when v
+            # is added in id order; any other pair at least c(2) − c(1) (the smallest step)
+            fresh = ~seen[d]
+            credit.append(float(first_r[d[fresh]].sum() + second[d[~fresh]].sum()))
+            gamma.append(float(self.g[d].sum()))
+            seen[d] = True
+        self.idx, self.alone = tuple(idx), tuple(alone)
+        self.credit, self.gamma = tuple(credit), tuple(gamma)
+        self.gamma0 = float(self.g[root_counts > 0].sum())
+        self.c0 = self.cpu_time(())
+
+    def counts(self, nodes: Iterable[int]) -> np.ndarray:
+        """n_e per priced pair for the root plus ``nodes``."""
+        c = self.root_counts.copy()
+        for v in nodes:
+            c[self.node_idx[v]] += 1
+        return c
+
+    def cpu_time(self, nodes: Iterable[int]) -> float:
+        """Σ over the union's priced pairs of max(r, g·n), canonically (math.fsum)."""
+        c = self.counts(nodes)
+        on = c > 0
+        return math.fsum(np.maximum(self.r[on], self.g[on] * c[on]).tolist())
+
+    def terms(self, nodes: tuple[int, ...]) -> tuple[float, int, float]:
+        """R̂, F (CPU pairs) and T of an ascending legal ``nodes``, canonically."""
+        r = 1.0
+        probs = self.pool.probs
+        for v in nodes:
+            r += probs[v]
+        union = 0
+        masks = self.cpu_pool.masks
+        for v in nodes:
+            union |= masks[v]
+        f = self.cpu_pool.root_count + union.bit_count()
+        return r, f, self.b[len(nodes)] + self.cpu_time(nodes)
+
+
+def cpu_view(rpool: RoutedPool, cost: CpuCostModel) -> CpuView:
+    """The :class:`CpuView` of ``rpool`` and ``cost``, cached on the pool."""
+    if not isinstance(rpool, RoutedPool):
+        raise InvalidInput(f"pool must be a RoutedPool, got {type(rpool).__name__}")
+    if not isinstance(cost, CpuCostModel):
+        raise InvalidInput(f"cost must be a CpuCostModel, got {type(cost).__name__}")
+    view = rpool._cache.get(cost)
+    if view is None:
+        if len(rpool._cache) > 8:       # a pool lives one cycle: a few cost models at most
+            rpool._cache.clear()
+        view = rpool._cache[cost] = CpuView(rpool, cost)
+    return view
+
+
+def cpu_evaluate(rpool: RoutedPool, nodes: Iterable[int], cost: CpuCostModel) -> Selection:
+    """R̂, F (the union's CPU pairs), T and the ratio of a legal set, canonically.
+
+    Raises InvalidInput as :func:`solvers.cost.evaluate` does (an id outside the pool,
+    a repeated id, a set that is not ancestor-closed, too few intercepts).
+    """
+    view = cpu_view(rpool, cost)
+    try:
+        ids = sorted(int(v) for v in nodes)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"nodes must be integer ids, got {nodes!r}") from None
+    pool = rpool.pool
+    for i, v in enumerate(ids):
+        if not 0 <= v < pool.n:
+            raise InvalidInput(f"node id {v} is outside the pool (0..{pool.n - 1})")
+        if i and ids[i - 1] == v:
+            raise InvalidInput(f"node id {v} is listed twice")
+    if len(ids) >= len(cost.b):
+        raise InvalidInput(f"{len(ids)} nodes need b[{len(ids)}] but b has {len(cost.b)} "
+                           f"intercepts")
+    if not pool.is_legal(ids):
+        raise InvalidInput(f"nodes {ids} are not ancestor-closed")
+    r, f, t = view.terms(tuple(ids))
+    return Selection(tuple(ids), r, f, t, r / t)

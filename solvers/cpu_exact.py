@@ -1,0 +1,460 @@
+"""Exact selection (Eq. 5 over A_K) when experts are computed on the CPU (:mod:`solvers.cpu_cost`).
+
+    maximise R̂(S) / T(S),  T(S) = b_{|S|} + Σ_{pairs e of the union} max(r_e, g_e·n_e(S))
+
+over ancestor-closed S with |S| <= K, the unique winner of §3.3's tie rule (ratio,
+larger R̂, smaller F — the union's CPU pairs —, fewer nodes, smaller ids).
+
+Two paths, one answer:
+
+* *SpecFit-equivalent costs* (:func:`specfit_equivalent`): every priced pair is on
+  the CPU at one (r, g) with g·(K + 1) <= r, the GPU's pairs free.  Then no pair
+  is ever compute-bound (n <= K + 1), c(n) = r for every n >= 1, T = b + r·F
+  canonically, and :func:`solvers.exact.select_exact`'s whole portfolio (closure
+  bounds, min cuts, MILP) answers on the pool with the GPU's pairs free.
+* Otherwise a depth-first branch and bound over A_K (ids added in increasing
+  order, as Algorithm 1), with the per-pair token counts kept in an array and
+  two lower bounds on what an extension X of S adds to T (every a_v below is
+  p_v − λ·w_v, and X can reach the target only if R̂(S) − λ·base(S) +
+  Σ_X a_v − λ·b_{|S|+|X|} >= target; bounded per state in O(1) by the sum of the
+  positive a_v over the reachable subtrees, and by the t largest when more
+  than K − |S| are positive — the scheme of :mod:`solvers.exact`):
+
+  - *credits*: base = C(S) (the CPU part of T), w_v = Σ over v's pairs of c(1) =
+    max(r, g) where v is the pair's first holder in id order and the root does
+    not route to it (no token of S does either, and v is X's first holder),
+    else c(2) − c(1), the smallest step of c after the first.  Valid because
+    c(n) − c(n − 1) >= c(2) − c(1) for every n >= 2 (c is convex from n = 1 on).
+  - *compute*: base = G(S) = Σ_e g_e·n_e(S), w_v = Σ over v's pairs of g_e:
+    c(n) >= g·n, and G is additive over tokens.
+
+  The credits bound is SpecFit's credit bound (β·c_v) where experts are
+  read-bound; the compute one is the tighter where they are compute-bound.
+
+A time limit counts from the call: where it stops the search, the result is the
+best subtree found, ``exact`` False and ``upper_bound`` the smallest λ at which
+the root's bound (both bounds, any t <= K nodes, no tree) reaches 0, found by
+bisection and raised by a rounding margin — a certified bound on the optimum.
+
+Why not the min-cut closure: c(n) = max(r, g·n) has steps c(1) − c(0) = max(r, g),
+then 0 while g·n <= r, then g: they fall, then rise.  Where they rise (an
+expert computing two or more tokens past its read time) C(S) is not
+submodular (docs/solvers.md gives the three-node counterexample), so
+R̂ − λT is not supermodular and max R̂ − λT over closures is no longer one
+minimum cut.  Dinkelbach's outer loop needs only a maximiser of R̂ − λT per
+state, which this module's linear search is: :func:`cpu_dinkelbach`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from solvers.canonical import BRANCH_AND_BOUND, REL_TOL, beats, check_lam, search_view
+from solvers.cost import CostModel, Selection, check_time_limit
+from solvers.cpu_cost import CpuCostModel, CpuView, RoutedPool, cpu_evaluate, cpu_view
+from solvers.dinkelbach import DinkelbachResult
+from solvers.errors import InvalidInput
+from solvers.exact import select_exact, select_max_linear
+from solvers.pool import Pool
+
+__all__ = ["select_exact_cpu", "select_max_linear_cpu", "specfit_relaxation", "cpu_dinkelbach"]
+
+_SPECFIT_PATH = True      # SpecFit-equivalent costs answered by select_exact's portfolio
+_CHECK_EVERY = 16         # states between two looks at the clock
+
+
+class _Stop(Exception):
+    """The deadline passed during the search."""
+
+
+def _check_K(rpool: RoutedPool, K, cost: CpuCostModel) -> int:
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)):
+        raise InvalidInput(f"K must be an integer, got {K!r}")
+    K = int(K)
+    if K < 0:
+        raise InvalidInput(f"K = {K}: the size limit must be >= 0")
+    cpu_view(rpool, cost)        # checks the types and the rates' shapes
+    if len(cost.b) < K + 1:
+        raise InvalidInput(f"b has {len(cost.b)} intercepts but K = {K} needs {K + 1} "
+                           f"(b[0]..b[{K}])")
+    return min(K, rpool.n)
+
+
+def specfit_relaxation(rpool: RoutedPool, K: int,
+                       cost: CpuCostModel) -> tuple[Pool, CostModel, bool] | None:
+    """(pool, CostModel, equivalent) with Eq. 4's T̂ <= this cost's T on every S in A_K, equal
+    wherever no pair of S's union is compute-bound (g·n > r); None where there is none.
+
+    It exists when every priced pair is on the CPU at one read time r (T̂ = b + r·F on the
+    pool with the GPU's pairs free) and no unpriced pair is on the CPU.  ``equivalent``:
+    equal on all of A_K, as when every pair's possible token count (the root, and at most
+    K of its holders) stays within r/g.
+    """
+    view = cpu_view(rpool, cost)
+    if view.r.size == 0:        # nothing priced: T = b, Eq. 4 with β = 0
+        return view.cpu_pool, CostModel(cost.b, 0.0), True
+    r0 = float(view.r[0])
+    if not (view.on_cpu.all() and view.free_cpu == 0 and np.all(view.r == r0)):
+        return None
+    reach = view.root_counts + np.minimum(view.holders, min(K, rpool.n))
+    equivalent = bool(np.all(view.g * reach <= r0))
+    return view.cpu_pool, CostModel(cost.b, r0), equivalent
+
+
+def _mostly_read_bound(rpool: RoutedPool, cost: CpuCostModel, r: float) -> bool:
+    """Whether two tokens on one expert still cost its read time (2g <= r on every pair): the
+    relaxation's optimum is then often exact; otherwise shared experts are compute-bound
+    and trying it first cost more than it saved (benchmarks/bench_solvers_cpu.py)."""
+    return bool(np.all(2.0 * cpu_view(rpool, cost).g <= r))
+
+
+def _finish(inc: list, method: str, exact: bool = True, upper: float | None = None) -> Selection:
+    score, r, f, nodes, t = inc
+    sel = Selection(nodes, r, f, t, r / t)
+    attrs = sel.__dict__        # not dataclass fields: set past the frozen __setattr__
+    attrs["upper_bound"] = score if upper is None else upper
+    attrs["method"] = method
+    if not exact:
+        attrs["exact"] = False
+    return sel
+
+
+def _canonical(view: CpuView, nodes: tuple[int, ...], lam: float | None) -> list:
+    r, f, t = view.terms(nodes)
+    return [r / t if lam is None else r - lam * t, r, f, nodes, t]
+
+
+def _first(view: CpuView, K: int, lam: float | None, start: tuple[int, ...] | None) -> list:
+    """The best of the root-only set, the K top-p prefixes (EAGLE-3's rule) and ``start``."""
+    inc = _canonical(view, (), lam)
+    pool = view.pool
+    if K == 0:
+        return inc
+    counts = view.root_counts.copy()
+    r, g = view.r, view.g
+    present, c, rs, picked = 1, view.c0, 1.0, []
+    best_q, best_s = inc[0], 0
+    for v in search_view(pool).by_p:
+        if not (present >> (pool.parents[v] + 1)) & 1:
+            continue
+        present |= 1 << (v + 1)
+        c += view.alone[v] + _push(counts, view.idx[v], r, g)
+        rs += pool.probs[v]
+        picked.append(v)
+        t = view.b[len(picked)] + c
+        q = rs / t if lam is None else rs - lam * t
+        if q > best_q:
+            best_q, best_s = q, len(picked)
+        if len(picked) == K:
+            break
+    for cand_nodes in ((tuple(sorted(picked[:best_s])) if best_s else None), start):
+        if cand_nodes:
+            cand = _canonical(view, cand_nodes, lam)
+            if beats(cand[0], cand[1], cand[2], cand_nodes, inc):
+                inc = cand
+    return inc
+
+
+def _push(counts: np.ndarray, idx: np.ndarray, r: np.ndarray, g: np.ndarray) -> float:
+    """Add one token to the pairs ``idx``; return the increase of Σ max(r, g·n)."""
+    if idx.size == 0:
+        return 0.0
+    c = counts[idx]
+    rr, gg = r[idx], g[idx]
+    new = np.maximum(rr, gg * (c + 1))
+    old = np.where(c > 0, np.maximum(rr, gg * c), 0.0)
+    counts[idx] = c + 1
+    return float(new.sum() - old.sum())
+
+
+def _values(view: CpuView, lam: float) -> tuple:
+    """Per bound (credits, compute): a_v = p_v − λw_v and the sum and count of the positive
+    a_v in each node's subtree."""
+    out = []
+    parents = view.pool.parents
+    for w in (view.credit, view.gamma):
+        a = [p - lam * x for p, x in zip(view.pool.probs, w, strict=True)]
+        subpos = [x if x > 0.0 else 0.0 for x in a]
+        subcnt = [1 if x > 0.0 else 0 for x in a]
+        for v in range(len(a) - 1, -1, -1):
+            u = parents[v]
+            if u >= 0 and subcnt[v]:
+                subpos[u] += subpos[v]
+                subcnt[u] += subcnt[v]
+        out.append((a, subpos, subcnt))
+    return tuple(out)
+
+
+def _sorted_gain(a: list[float], j: int, s: int, room: int, lam: float, b) -> float:
+    """max over t = 1..room of (Σ of the t largest a_v over ids >= j) − λ·b[s+t]."""
+    ranked = sorted(a[j:], reverse=True)
+    acc, best = 0.0, -math.inf
+    for t in range(1, min(len(ranked), room) + 1):
+        acc += ranked[t - 1]
+        best = max(best, acc - lam * b[s + t])
+    return best
+
+
+class _State:
+    """What every state of one search reads and a deeper one may raise: λ (the incumbent
+    ratio, or the fixed λ), the target (0, or the incumbent's R̂ − λT), the work done,
+    the next look at the clock, and the bounds' values at λ (:func:`_values`)."""
+
+    __slots__ = ("lam", "target", "work", "check", "vals")
+
+    def __init__(self, lam: float, target: float):
+        self.lam, self.target = lam, target
+        self.work, self.check = 0, _CHECK_EVERY
+        self.vals: tuple = ()
+
+
+def _search(view: CpuView, K: int, lam: float | None, inc: list,
+            deadline: float | None) -> None:
+    """Depth-first branch and bound from the incumbent ``inc`` (updated in place); raises
+    :class:`_Stop` at the deadline (``inc`` then holds the best set found)."""
+    pool = view.pool
+    sv = search_view(pool)
+    probs, children = pool.probs, sv.children
+    masks = view.cpu_pool.masks
+    b, r_rate, g_rate, idx, alone, gamma = view.b, view.r, view.g, view.idx, view.alone, view.gamma
+    bmin = [min(b[s + 1:K + 1]) for s in range(K)]
+    counts = view.root_counts.copy()
+    ratio_mode = lam is None
+    st = _State(inc[0] if lam is None else lam, 0.0 if lam is None else inc[0])
+    st.vals = _values(view, st.lam)
+    gains: dict = {}
+    chosen: list[int] = []
+
+    def sums(ids) -> tuple[float, int, float, int]:
+        (_, spA, scA), (_, spB, scB) = st.vals
+        return (sum([spA[v] for v in ids]), sum([scA[v] for v in ids]),
+                sum([spB[v] for v in ids]), sum([scB[v] for v in ids]))
+
+    def gain(bound: int, j: int, s: int) -> float:
+        key = (bound, j, s)
+        x = gains.get(key)
+        if x is None:
+            x = gains[key] = _sorted_gain(st.vals[bound][0], j, s, K - s, st.lam, b)
+        return x
+
+    def visit(frontier: list[int], union: int, rs: float, s: int, C: float, G: float,
+              psA: float, pcA: int, psB: float, pcB: int) -> None:
+        # frontier: ids whose parent is in S ∪ {root}, ascending, all above S's ids; psX,
+        # pcX: sum and count of the positive a_v (bound X) over the frontier's subtrees
+        st.work += 1
+        if deadline is not None and st.work > st.check:
+            if time.perf_counter() > deadline:
+                raise _Stop
+            st.check = st.work + _CHECK_EVERY
+        s1, b1, room, last = s + 1, b[s + 1], K - s, len(frontier) - 1
+        lam_now, target = st.lam, st.target
+        floor = target - REL_TOL * (1.0 + rs + abs(target) + lam_now * (C + b1))
+        baseA = rs - lam_now * (C + bmin[s])
+        baseB = rs - lam_now * (G + bmin[s])
+        (aA, spA, scA), (aB, spB, scB) = st.vals
+        for pos, j in enumerate(frontier):
+            if baseA + psA < floor or baseB + psB < floor:
+                return      # the reachable sets shrink with j: later children cannot either
+            if pcA > room and rs - lam_now * C + gain(0, j, s) < floor:
+                return
+            if pcB > room and rs - lam_now * G + gain(1, j, s) < floor:
+                return
+            u2 = union | masks[j]
+            r2 = rs + probs[j]
+            C2 = C + alone[j] + _push(counts, idx[j], r_rate, g_rate)
+            G2 = G + gamma[j]
+            t2 = b1 + C2
+            q = r2 / t2 if ratio_mode else r2 - lam_now * t2
+            chosen.append(j)
+            if q >= inc[0] - REL_TOL * (abs(inc[0]) + (0.0 if ratio_mode else 1.0 + r2)):
+                nodes = tuple(chosen)
+                cand = _canonical(view, nodes, lam)
+                if beats(cand[0], cand[1], cand[2], nodes, inc):
+                    inc[:] = cand
+                    if not ratio_mode:
+                        st.target = target = cand[0]
+                    elif cand[0] > lam_now:
+                        st.lam = lam_now = cand[0]
+                        st.vals = _values(view, lam_now)
+                        gains.clear()
+                        (aA, spA, scA), (aB, spB, scB) = st.vals
+                        psA, pcA, psB, pcB = sums(frontier[pos:])
+                    floor = target - REL_TOL * (1.0 + rs + abs(target) + lam_now * (C + b1))
+                    baseA = rs - lam_now * (C + bmin[s])
+                    baseB = rs - lam_now * (G + bmin[s])
+            xA, xB = aA[j], aB[j]
+            psA2, pcA2 = (psA - xA, pcA - 1) if xA > 0.0 else (psA, pcA)
+            psB2, pcB2 = (psB - xB, pcB - 1) if xB > 0.0 else (psB, pcB)
+            if s1 < K:
+                kids = children[j]
+                if kids:
+                    nxt = kids + frontier[pos + 1:]
+                    if pos < last:
+                        nxt.sort()
+                    visit(nxt, u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
+                elif pos < last:
+                    visit(frontier[pos + 1:], u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
+            chosen.pop()
+            counts[idx[j]] -= 1
+            if st.lam != lam_now or st.target != target:
+                # a deeper state raised the incumbent: bound the rest with its values
+                lam_now, target = st.lam, st.target
+                (aA, spA, scA), (aB, spB, scB) = st.vals
+                psA, pcA, psB, pcB = sums(frontier[pos + 1:])
+                floor = target - REL_TOL * (1.0 + rs + abs(target) + lam_now * (C + b1))
+                baseA = rs - lam_now * (C + bmin[s])
+                baseB = rs - lam_now * (G + bmin[s])
+                continue
+            # drop j's subtree
+            psA = psA2 - spA[j] + (xA if xA > 0.0 else 0.0)
+            pcA = pcA2 - scA[j] + (xA > 0.0)
+            psB = psB2 - spB[j] + (xB if xB > 0.0 else 0.0)
+            pcB = pcB2 - scB[j] + (xB > 0.0)
+
+    roots = sv.roots
+    visit(list(roots), 0, 1.0, 0, view.c0, view.gamma0, *sums(roots))
+
+
+def _root_bound(view: CpuView, K: int, lam: float) -> float:
+    """An upper bound on max over A_K of R̂ − λT, ignoring the tree: per bound, the best
+    t <= K nodes by a_v = p_v − λw_v; the smaller of the two."""
+    p = np.asarray(view.pool.probs, dtype=np.float64)
+    b = np.asarray(view.b[:K + 1])
+    out = math.inf
+    for base, w in ((view.c0, view.credit), (view.gamma0, view.gamma)):
+        a = np.sort(p - lam * np.asarray(w, dtype=np.float64))[::-1][:K]
+        tops = np.concatenate([[0.0], np.cumsum(a)])
+        out = min(out, 1.0 - lam * base + float(np.max(tops - lam * b[:tops.size])))
+    return out
+
+
+def _upper(view: CpuView, K: int, lam: float | None, inc: list) -> float:
+    """A certified upper bound on the optimum (ratio, or R̂ − λT at ``lam``)."""
+    margin = 1e-9
+    if lam is not None:
+        x = _root_bound(view, K, lam)
+        return max(inc[0], x + margin * (1.0 + abs(x) + lam * max(view.b)))
+    lo = inc[0]
+    if _root_bound(view, K, lo) <= 0.0:
+        return lo
+    # no ratio exceeds (1 + Σp) / min b: the bound is <= 0 there
+    hi = (1.0 + sum(view.pool.probs)) / min(view.b[:K + 1])
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if _root_bound(view, K, mid) <= 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return max(inc[0], hi * (1.0 + margin))
+
+
+def _solve(rpool: RoutedPool, K: int, cost: CpuCostModel, lam: float | None,
+           start: tuple[int, ...] | None, deadline: float | None) -> Selection:
+    view = cpu_view(rpool, cost)
+    inc = _first(view, K, lam, start)
+    if K > 0 and rpool.n > 0:
+        try:
+            _search(view, K, lam, inc, deadline)
+        except _Stop:
+            return _finish(inc, BRANCH_AND_BOUND, False, _upper(view, K, lam, inc))
+    return _finish(inc, BRANCH_AND_BOUND)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.perf_counter(), 1e-9)
+
+
+def select_exact_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, *, start=None,
+                     time_limit: float | None = None) -> Selection:
+    """Eq. 5 under the CPU-expert cost: the subtree of A_K with the largest R̂/T, unique under
+    §3.3's tie rule (F: the union's CPU pairs).  ``start`` (a legal set of at most K nodes)
+    only speeds the search; ``time_limit`` (seconds from this call) as
+    :func:`solvers.select_exact`'s: where it stops the search, ``exact`` is False and
+    ``upper_bound`` a certified bound on the optimal ratio."""
+    t0 = time.perf_counter()
+    K = _check_K(rpool, K, cost)
+    limit = check_time_limit(time_limit)
+    deadline = None if limit is None else t0 + limit
+    first = None
+    if start is not None:
+        first = cpu_evaluate(rpool, start, cost).nodes
+        if len(first) > K:
+            raise InvalidInput(f"start has {len(first)} nodes, more than K = {K}")
+    relax = specfit_relaxation(rpool, K, cost) if _SPECFIT_PATH else None
+    if relax is None or not (relax[2] or _mostly_read_bound(rpool, cost, relax[1].beta)):
+        return _solve(rpool, K, cost, None, first, deadline)
+    pool, spec, equivalent = relax
+    sel = select_exact(pool, K, spec, start=first or None, time_limit=_left(deadline))
+    if equivalent:
+        return sel
+    view = cpu_view(rpool, cost)
+    if sel.exact and view.terms(sel.nodes)[2] == sel.time:
+        # T >= T̂ on every set and equal on this one: its ratio is the relaxation's optimum,
+        # and every set that ties with it ties under Eq. 4 too, where it wins the tie rule
+        return sel
+    # the relaxation's optimum starts the search, and its bound caps a stopped one's
+    cap = sel.upper_bound if sel.upper_bound is not None else math.inf
+    out = _solve(rpool, K, cost, None, sel.nodes, deadline)
+    if not out.exact and out.upper_bound is not None and cap < out.upper_bound:
+        out.__dict__["upper_bound"] = max(cap, out.ratio)
+    return out
+
+
+def select_max_linear_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, lam: float, *,
+                          time_limit: float | None = None) -> Selection:
+    """argmax over A_K of R̂ − λT under the CPU-expert cost (tie rule: value, larger R̂,
+    smaller F, fewer nodes, smaller ids); ``upper_bound`` bounds the value."""
+    t0 = time.perf_counter()
+    K = _check_K(rpool, K, cost)
+    lam_f = check_lam(lam)
+    limit = check_time_limit(time_limit)
+    deadline = None if limit is None else t0 + limit
+    relax = specfit_relaxation(rpool, K, cost) if _SPECFIT_PATH else None
+    if relax is not None and relax[2]:
+        return select_max_linear(relax[0], K, relax[1], lam_f, time_limit=_left(deadline))
+    return _solve(rpool, K, cost, lam_f, None, deadline)
+
+
+def cpu_dinkelbach(states: Sequence, *, tol: float = 1e-12,
+                   max_iter: int = 100) -> DinkelbachResult:
+    """λ* = max over rules of E[R̂]/E[T] across ``states`` (``(RoutedPool, K, CpuCostModel)``
+    tuples) under the CPU-expert cost: :func:`solvers.dinkelbach`'s iteration (App. A.1)
+    with :func:`select_max_linear_cpu` as the per-state oracle; ``error_bound`` =
+    h(λ_k) / T_floor, T_floor the mean of min b + the root's CPU time."""
+    if not math.isfinite(tol) or tol < 0:
+        raise InvalidInput(f"tol = {tol!r}: must be finite and >= 0")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise InvalidInput(f"max_iter must be a positive integer, got {max_iter!r}")
+    states = list(states)
+    if not states:
+        raise InvalidInput("cpu_dinkelbach needs at least one state")
+    for i, stt in enumerate(states):
+        if not (isinstance(stt, tuple) and len(stt) == 3 and isinstance(stt[0], RoutedPool)
+                and isinstance(stt[2], CpuCostModel)):
+            raise InvalidInput(f"state {i} must be a (RoutedPool, K, CpuCostModel) tuple")
+    t_floor = sum(min(c.b) + cpu_view(p, c).c0 for p, _K, c in states) / len(states)
+    sels = [cpu_evaluate(p, (), c) for p, _K, c in states]
+    lam = sum(s.reward for s in sels) / sum(s.time for s in sels)
+    lams: list[float] = []
+    hs: list[float] = []
+    converged = False
+    for _ in range(max_iter):
+        sels = [select_max_linear_cpu(p, K, c, lam) for p, K, c in states]
+        h = sum(s.reward - lam * s.time for s in sels) / len(sels)
+        lams.append(lam)
+        hs.append(h)
+        if h <= tol:
+            converged = True
+            break
+        new_lam = sum(s.reward for s in sels) / sum(s.time for s in sels)
+        if new_lam <= lam:          # rounding: no further progress is representable
+            converged = True
+            break
+        lam = new_lam
+    return DinkelbachResult(lam, tuple(sels), len(lams), tuple(lams), tuple(hs),
+                            max(hs[-1], 0.0) / t_floor, converged)
+

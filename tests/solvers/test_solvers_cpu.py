@@ -1,0 +1,315 @@
+"""Selection when experts are computed on the CPU (solvers.cpu_cost, solvers.cpu_exact),
+against a brute force that prices every subtree from the raw routes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from solvers_brute import RawPool, legal_sets
+from solvers_strategies import raw_pools, tie_pools
+
+from solvers import CostModel, InvalidInput, cpu_exact, evaluate, select_exact, select_max_linear
+from solvers.cpu_cost import CpuCostModel, RoutedPool, cpu_evaluate
+from solvers.cpu_exact import (
+    cpu_dinkelbach,
+    select_exact_cpu,
+    select_max_linear_cpu,
+    specfit_relaxation,
+)
+from solvers.random_pools import random_routes, random_tree_shape
+
+
+def priced(raw: RawPool, combo, b, read, compute, on_cpu):
+    """(R̂, F, T) of a set from the raw routes: token counts per (layer, expert) with Python
+    dicts, each pair max(r, g·n), summed with math.fsum (the canonical sum)."""
+    L = raw.root.shape[0]
+    counts: dict = {}
+    for route in [raw.root] + [raw.nodes[v] for v in combo]:
+        for layer in range(L):
+            for e in set(int(x) for x in route[layer]):
+                counts[layer, e] = counts.get((layer, e), 0) + 1
+    f = sum(1 for pair in counts if on_cpu[pair])
+    cpu = math.fsum(max(read[pair], compute[pair] * n) for pair, n in counts.items()
+                    if read[pair] > 0 or compute[pair] > 0)
+    r = 1.0
+    for v in combo:
+        r += float(raw.probs[v])
+    return r, f, float(b[len(combo)]) + cpu
+
+
+def brute(raw: RawPool, K: int, b, read, compute, on_cpu, lam=None):
+    """(nodes, R̂, F, T) of the tie-rule winner of Eq. 5 (or of R̂ − λT) over A_K."""
+    best = None
+    for combo in legal_sets(raw, K):
+        r, f, t = priced(raw, combo, b, read, compute, on_cpu)
+        key = (r / t if lam is None else r - lam * t, r, -f, -len(combo))
+        if best is None or key > best[0] or (key == best[0] and combo < best[1]):
+            best = (key, combo, r, f, t)
+    return best[1:]
+
+
+@st.composite
+def cpu_costs(draw, L: int, N: int, K: int):
+    """(b, read, compute, on_cpu as [L, N] arrays for the brute force, the CpuCostModel):
+    rates as one number, one per layer or one per expert, small values that tie often,
+    read-bound, compute-bound or mixed; the experts all on the CPU, by layer or by expert,
+    the GPU's free or priced."""
+    if draw(st.booleans()):
+        b = [float(draw(st.integers(1, 4))) for _ in range(K + 1)]
+    else:
+        b = [draw(st.floats(0.1, 10.0)) for _ in range(K + 1)]
+    rate = st.one_of(st.sampled_from([0.0, 0.25, 0.5, 1.0]), st.floats(0.0, 2.0))
+
+    def rates():
+        kind = draw(st.sampled_from(["one", "layer", "expert"]))
+        if kind == "one":
+            x = draw(rate)
+            return x, np.full((L, N), x)
+        if kind == "layer":
+            v = np.array([draw(rate) for _ in range(L)])
+            return v, np.repeat(v[:, None], N, axis=1)
+        v = np.array([[draw(rate) for _ in range(N)] for _ in range(L)])
+        return v, v
+
+    read, read_full = rates()
+    compute, compute_full = rates()
+    place = draw(st.sampled_from(["all", "layer", "expert"]))
+    if place == "all":
+        on_cpu, cpu_full = None, np.ones((L, N), dtype=bool)
+    elif place == "layer":
+        on_cpu = np.array([draw(st.booleans()) for _ in range(L)])
+        cpu_full = np.repeat(on_cpu[:, None], N, axis=1)
+    else:
+        on_cpu = np.array([[draw(st.booleans()) for _ in range(N)] for _ in range(L)])
+        cpu_full = on_cpu
+    gpu = draw(st.sampled_from([0.0, 0.125]))
+    cost = CpuCostModel(b, read, compute, on_cpu=on_cpu, gpu_read=gpu, gpu_compute=gpu / 4)
+    r_eff = np.where(cpu_full, read_full, gpu)
+    g_eff = np.where(cpu_full, compute_full, gpu / 4)
+    return b, r_eff, g_eff, cpu_full, cost
+
+
+def routed(raw: RawPool) -> RoutedPool:
+    return RoutedPool.from_routes(*raw.args())
+
+
+def check(sel, ref):
+    nodes, r, f, t = ref
+    assert sel.nodes == nodes
+    assert (sel.reward, sel.union, sel.time, sel.ratio) == (r, f, t, r / t)
+
+
+@contextmanager
+def way(relaxation: bool):
+    """Both ways to the answer: the Eq. 4 relaxation where it applies, and the search alone."""
+    saved = cpu_exact._SPECFIT_PATH
+    cpu_exact._SPECFIT_PATH = relaxation
+    try:
+        yield
+    finally:
+        cpu_exact._SPECFIT_PATH = saved
+
+
+BOTH = pytest.mark.parametrize("relax", [True, False], ids=["relaxation", "search-only"])
+
+
+@BOTH
+@settings(deadline=None)
+@given(st.data())
+def test_ratio_equals_brute_force(relax, data):
+    raw = data.draw(raw_pools(max_nodes=8))
+    K = data.draw(st.integers(0, 8))
+    L, N = raw.root.shape[0], raw.N
+    b, r, g, cpu, cost = data.draw(cpu_costs(L, N, K))
+    with way(relax):
+        sel = select_exact_cpu(routed(raw), K, cost)
+    check(sel, brute(raw, K, b, r, g, cpu))
+
+
+@BOTH
+@settings(deadline=None)
+@given(st.data())
+def test_ties_on_pools_of_up_to_14_nodes(relax, data):
+    # pools built to tie (one probability, shared or distinct experts, twins): the tie
+    # rule of §3.3 (ratio, larger R̂, smaller F, fewer nodes, smaller ids) picks one
+    raw = data.draw(tie_pools(max_nodes=14))
+    K = data.draw(st.integers(0, 4))
+    L, N = raw.root.shape[0], raw.N
+    b, r, g, cpu, cost = data.draw(cpu_costs(L, N, K))
+    with way(relax):
+        sel = select_exact_cpu(routed(raw), K, cost)
+    check(sel, brute(raw, K, b, r, g, cpu))
+
+
+@BOTH
+@settings(deadline=None)
+@given(st.data())
+def test_linear_equals_brute_force(relax, data):
+    raw = data.draw(st.one_of(raw_pools(max_nodes=8), tie_pools(max_nodes=10)))
+    K = data.draw(st.integers(0, 5))
+    L, N = raw.root.shape[0], raw.N
+    b, r, g, cpu, cost = data.draw(cpu_costs(L, N, K))
+    lam = data.draw(st.one_of(st.sampled_from([0.0, 0.25, 1.0]), st.floats(0.0, 3.0)))
+    nodes, rr, f, t = brute(raw, K, b, r, g, cpu, lam)
+    with way(relax):
+        sel = select_max_linear_cpu(routed(raw), K, cost, lam)
+    assert sel.nodes == nodes
+    assert sel.reward - lam * sel.time == rr - lam * t
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_evaluate_prices_every_subtree_like_the_brute_force(data):
+    raw = data.draw(raw_pools(max_nodes=6))
+    K = raw.n
+    L, N = raw.root.shape[0], raw.N
+    b, r, g, cpu, cost = data.draw(cpu_costs(L, N, K))
+    rp = routed(raw)
+    for combo in legal_sets(raw, K):
+        sel = cpu_evaluate(rp, combo, cost)
+        assert (sel.reward, sel.union, sel.time) == priced(raw, combo, b, r, g, cpu)
+
+
+@BOTH
+@settings(deadline=None)
+@given(st.data())
+def test_limit_g0_r_beta_is_specfit(relax, data):
+    # g = 0 and r = β on every expert: T = b_k + β·F exactly, and the same selection
+    raw = data.draw(st.one_of(raw_pools(max_nodes=9), tie_pools(max_nodes=12)))
+    K = data.draw(st.integers(0, 6))
+    beta = data.draw(st.one_of(st.sampled_from([0.0, 0.5, 1.0, 0.210715513]),
+                               st.floats(0.0, 3.0)))
+    b = [data.draw(st.floats(0.1, 10.0)) for _ in range(K + 1)]
+    rp, spec = routed(raw), CostModel(b, beta)
+    cost = CpuCostModel(b, beta, 0.0)
+    for combo in itertools.islice(legal_sets(raw, K), 50):
+        mine, theirs = cpu_evaluate(rp, combo, cost), evaluate(rp.pool, combo, spec)
+        assert (mine.reward, mine.union, mine.time, mine.ratio) == \
+            (theirs.reward, theirs.union, theirs.time, theirs.ratio)
+    lam = data.draw(st.floats(0.0, 2.0))
+    with way(relax):
+        assert select_exact_cpu(rp, K, cost) == select_exact(rp.pool, K, spec)
+        assert select_max_linear_cpu(rp, K, cost, lam) == select_max_linear(rp.pool, K, spec, lam)
+
+
+def test_relaxation_applies_only_where_it_is_a_lower_bound():
+    rng = np.random.default_rng(3)
+    parents, probs = random_tree_shape(rng, 12, 3, 4)
+    root, routes = random_routes(rng, parents, 2, 8, 2, 0.9)
+    rp = RoutedPool.from_routes(parents, probs, root, routes, 8)
+    b = [1.0] * 13
+    assert specfit_relaxation(rp, 12, CpuCostModel(b, 1.0, 0.01))[2]        # 13·0.01 <= 1
+    assert not specfit_relaxation(rp, 12, CpuCostModel(b, 1.0, 0.5))[2]     # two tokens bind
+    per_layer = CpuCostModel(b, [1.0, 2.0], 0.0)
+    assert specfit_relaxation(rp, 12, per_layer) is None                     # two read times
+    on_gpu = CpuCostModel(b, 1.0, 0.0, on_cpu=[True, False], gpu_read=0.5)
+    assert specfit_relaxation(rp, 12, on_gpu) is None                        # the GPU priced
+
+
+def _shaped(seed: int, n: int):
+    rng = np.random.default_rng(seed)
+    parents, probs = random_tree_shape(rng, n, 4, 8)
+    root, routes = random_routes(rng, parents, 8, 32, 4, 0.6)
+    return RoutedPool.from_routes(parents, probs, root, routes, 32)
+
+
+def test_a_stopped_search_is_legal_and_certifies_a_bound(monkeypatch):
+    # a deadline already past at the first look: the incumbent, with a certified bound
+    monkeypatch.setattr(cpu_exact, "_CHECK_EVERY", 0)
+    monkeypatch.setattr(cpu_exact, "_SPECFIT_PATH", False)
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        parents, probs = random_tree_shape(rng, 12, 3, 4)
+        root, routes = random_routes(rng, parents, 2, 8, 2, 0.6)
+        raw = RawPool(parents.tolist(), probs.tolist(), root, routes, 8)
+        K = 5
+        b = [2.0 + 0.1 * j for j in range(K + 1)]
+        cost = CpuCostModel(b, 0.3, 0.2)
+        ones = np.ones((2, 8))
+        best = brute(raw, K, b, 0.3 * ones, 0.2 * ones, ones.astype(bool))
+        sel = select_exact_cpu(routed(raw), K, cost, time_limit=1e-9)
+        assert routed(raw).pool.is_legal(sel.nodes) and sel.size <= K
+        assert sel.upper_bound >= best[1] / best[3]
+        lam = 0.4
+        lin = select_max_linear_cpu(routed(raw), K, cost, lam, time_limit=1e-9)
+        assert lin.upper_bound >= brute(raw, K, b, 0.3 * ones, 0.2 * ones, ones.astype(bool),
+                                        lam)[1] - lam * brute(raw, K, b, 0.3 * ones, 0.2 * ones,
+                                                              ones.astype(bool), lam)[3]
+        if not sel.exact:
+            assert sel.upper_bound >= sel.ratio
+
+
+def test_time_limit_on_a_larger_pool_keeps_its_word():
+    rp = _shaped(0, 64)
+    cost = CpuCostModel([5.0 + 0.2 * j for j in range(33)], 0.05, 0.03)
+    full = select_exact_cpu(rp, 32, cost)
+    assert full.exact and full.upper_bound == full.ratio
+    quick = select_exact_cpu(rp, 32, cost, time_limit=1e-4)
+    assert quick.ratio <= full.ratio <= quick.upper_bound
+
+
+def test_dinkelbach_equals_the_best_ratio_of_expectations():
+    rng = np.random.default_rng(11)
+    states, raws = [], []
+    for _ in range(3):
+        parents, probs = random_tree_shape(rng, 5, 3, 2)
+        root, routes = random_routes(rng, parents, 2, 6, 2, 0.5)
+        raws.append(RawPool(parents.tolist(), probs.tolist(), root, routes, 6))
+    b = [1.0, 1.3, 1.5, 1.9]
+    cost = CpuCostModel(b, [0.2, 0.1], 0.15)
+    ones = np.ones((2, 6))
+    r_full, g_full = np.repeat(np.array([[0.2], [0.1]]), 6, axis=1), 0.15 * ones
+    per_state = [[priced(raw, c, b, r_full, g_full, ones.astype(bool))
+                  for c in legal_sets(raw, 3)] for raw in raws]
+    best = max(sum(x[0] for x in pick) / sum(x[2] for x in pick)
+               for pick in itertools.product(*per_state))
+    states = [(routed(raw), 3, cost) for raw in raws]
+    res = cpu_dinkelbach(states)
+    assert res.converged
+    assert res.lam == pytest.approx(best, rel=1e-12)
+    assert res.lam + res.error_bound >= best * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda b: CpuCostModel(b, -1.0), "finite and >= 0"),
+    (lambda b: CpuCostModel(b, 1.0, float("nan")), "finite and >= 0"),
+    (lambda b: CpuCostModel(b, "fast"), "read must be a number"),
+    (lambda b: CpuCostModel([], 1.0), "at least one intercept"),
+    (lambda b: CpuCostModel(b, 1.0, on_cpu=[1, 0]), "on_cpu must be booleans"),
+])
+def test_bad_cost_models_are_refused(make, words):
+    with pytest.raises(InvalidInput, match=words):
+        make([1.0, 1.0])
+
+
+def test_bad_shapes_and_arguments_are_refused():
+    rp = _shaped(1, 10)          # 8 layers × 32 experts
+    with pytest.raises(InvalidInput, match="shape"):
+        select_exact_cpu(rp, 1, CpuCostModel([1.0, 1.0], [1.0, 2.0]))
+    with pytest.raises(InvalidInput, match="on_cpu has shape"):
+        select_exact_cpu(rp, 1, CpuCostModel([1.0, 1.0], 1.0, on_cpu=[True] * 3))
+    cost = CpuCostModel([1.0, 1.0], 1.0)
+    with pytest.raises(InvalidInput, match="intercepts"):
+        select_exact_cpu(rp, 2, cost)
+    with pytest.raises(InvalidInput, match="K must be an integer"):
+        select_exact_cpu(rp, 1.5, cost)
+    with pytest.raises(InvalidInput, match="RoutedPool"):
+        select_exact_cpu(rp.pool, 1, cost)
+    with pytest.raises(InvalidInput, match="CpuCostModel"):
+        select_exact_cpu(rp, 1, CostModel([1.0, 1.0], 1.0))
+    with pytest.raises(InvalidInput, match="ancestor-closed"):
+        cpu_evaluate(rp, [9], CpuCostModel([1.0] * 11, 1.0))
+    with pytest.raises(InvalidInput, match="more than K"):
+        select_exact_cpu(rp, 1, CpuCostModel([1.0] * 11, 1.0), start=[0, 1])
+    with pytest.raises(InvalidInput, match="lam"):
+        select_max_linear_cpu(rp, 1, cost, -1.0)
+    with pytest.raises(InvalidInput, match="time_limit"):
+        select_exact_cpu(rp, 1, cost, time_limit=0)
+    with pytest.raises(InvalidInput, match="state 0"):
+        cpu_dinkelbach([(rp, 1)])
