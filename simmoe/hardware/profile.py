@@ -351,8 +351,11 @@ def _check_blanks(text: str) -> None:
 
 def build_profile(name: str) -> HardwareProfile:
     """The profile of the physical cost model ``MODEL@GPU[:tpN][+LINK][~SETTING]`` (simmoe.hardware.physical)."""
+    from simmoe.hardware.cpu_profile import cpu_profile_fields, is_cpu_name
     from simmoe.hardware.physical import profile_fields
 
+    if is_cpu_name(name):       # MODEL[/FORMAT]@GPU[+LINK]+CPU~PLACEMENT (docs/cpu-experts.md)
+        return validate(HardwareProfile(**cpu_profile_fields(name)))
     return validate(HardwareProfile(**profile_fields(name)))
 
 

@@ -199,6 +199,9 @@ class Setting:
 
     def _check_combination(self, trace, profile) -> None:
         config, coupled = self.config, self.uses_residency
+        from simmoe.replay.residency_cpu import check_cpu_setting
+
+        check_cpu_setting(self, trace, profile)     # experts computed on the CPU (docs/cpu-experts.md)
         if profile.resident and config.prefetch != "none":
             raise SimmoeError(f"--prefetch {config.prefetch}: profile {profile.name} keeps every expert on the "
                               "device (resident regime): there are no copies to prefetch")

@@ -116,6 +116,10 @@ def build_residency(trace, config, profile, timer, pools, *, future=None, sequen
     if profile.resident:
         return ResidentWeights(timer)
     setting = resolve(config)
+    if getattr(getattr(profile, "physical", None), "placement", None) is not None:   # experts on the CPU
+        from simmoe.replay.residency_cpu import build_cpu_residency
+
+        return build_cpu_residency(trace, setting, profile, timer, future=future, record=record, requests=requests)
     config = setting.config
     g = trace.geometry
     L, N = int(g.num_layers), int(g.num_experts)
@@ -340,7 +344,9 @@ class _Records:
         return ReplayResult(config=self.config, steps=steps, cycles=cycles, requests=self._requests(cy, step_ms),
                             synthetic=bool(self.trace.is_synthetic), plan_wall_s=0.0, simulate_wall_s=0.0,
                             lambda_star=schedule.meta.get("lambda_star"),
-                            regime="resident" if self.residency.resident else "offload",
+                            regime=getattr(self.residency, "regime", "resident" if self.residency.resident
+                                           else "offload"),
+                            cpu=self.residency.counters() if hasattr(self.residency, "counters") else None,
                             expert_bytes=int(getattr(self.trace.geometry, "expert_bytes", 0) or 0),
                             counted_prefetch=counted, timeline=timeline)
 

@@ -54,6 +54,7 @@ class ReplayResult:
     counted_prefetch: bool = False
     baseline_decode_ms: float | None = None
     timeline: list | None = None
+    cpu: dict | None = None        # the CPU-expert regime's totals (simmoe.replay.residency_cpu)
 
     @property
     def batch(self) -> int:
@@ -68,6 +69,8 @@ class ReplayResult:
         s = summarize_batched(self.steps, self.cycles, self.requests, self.batch)
         if self.counted_prefetch:
             s.update(prefetch_counters(self.cycles, self.requests, self.baseline_decode_ms))
+        if self.cpu is not None:
+            s.update(cpu_counters(self.cpu, s["output_tokens"]))
         if self.regime == "resident":
             tokens = s["output_tokens"]
             reads = int(np.sum(self.cycles["hits"], dtype=np.int64)) \
@@ -152,3 +155,21 @@ def prefetch_counters(cycles: dict, requests: dict, baseline_decode_ms: float | 
         if baseline_decode_ms > 0:
             out["saved_pct"] = 100.0 * saved / baseline_decode_ms
     return out
+
+
+CPU_COUNTERS = ("cpu_reads_per_token", "dram_gb_per_token", "gpu_share", "gpu_ms_per_token", "cpu_ms_per_token")
+
+
+def cpu_counters(totals: dict, tokens: int) -> dict:
+    """The CPU-expert regime's counters per output token (prefill included), from the residency's totals.
+
+    ``h2d_per_token`` becomes the experts copied (Fiddler's rule) and ``hit_rate``
+    the share of demanded experts served on the GPU.
+    """
+    nan = float("nan")
+    served = totals["gpu_served"] + totals["cpu_reads"]
+    per = (lambda x: x / tokens) if tokens else (lambda x: nan)
+    share = totals["gpu_served"] / served if served else nan
+    return {"cpu_reads_per_token": per(totals["cpu_reads"]), "dram_gb_per_token": per(totals["dram_bytes"] / 1e9),
+            "gpu_share": share, "hit_rate": share, "h2d_per_token": per(totals["copies"]),
+            "gpu_ms_per_token": per(totals["gpu_ms"]), "cpu_ms_per_token": per(totals["cpu_ms"])}
