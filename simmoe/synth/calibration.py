@@ -320,9 +320,22 @@ def write_report(path: str | os.PathLike, seed: int = 0, log=print) -> str:
                   "- agreement by draft confidence q (calibrated by construction; cf. EVICT "
                   "Table 3): " + ", ".join(f"q≈{m:.2f}→{a:.2f}" for m, a, c in zip(mq, acc, cnt)
                                             if c), ""]
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(lines + cpu_experts_section()) + "\n"
     atomic_write_text(Path(path), text)
     return text
+
+
+def cpu_experts_section() -> list[str]:
+    """The CPU-expert regime's one admitted figure, marked fitted (its fit: simmoe.fitting.cpu_fit)."""
+    from simmoe.published import PUBLISHED
+
+    rows = [f"| {k} | {f['model']}; {f['gpu']} + {f['cpu']}; {f['engine']} | {f['generation_tokens_per_s']} "
+            f"tokens/s | {f['role']} |" for k, f in PUBLISHED["cpu_experts"].items() if not k.startswith("_")]
+    return ["## Experts computed on the CPU (the timing side, not a trace)", "",
+            "| figure | setting | published | role |", "|---|---|---:|---|", *rows, "",
+            "Fitted: η_mem, the CPU's achieved fraction of peak DRAM bandwidth, the one fitted term of "
+            "the CPU-expert cost model (`python -m simmoe.fitting.cpu_fit` writes "
+            "`simmoe/hardware/data/cpu_fit.toml`; docs/cpu-experts.md).", ""]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
