@@ -19,6 +19,7 @@ from simmoe.errors import CheckFailed, SimmoeError, one_line_parser
 COMMANDS = [
     "replay",
     "sweep",
+    "tune",
     "synth",
     "models",
     "inspect",

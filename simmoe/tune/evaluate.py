@@ -56,11 +56,19 @@ def shifted(conf: float, shift: float) -> float:
 
 
 def synth_params(setup: Setup, pool):
-    """The workload preset's parameters with the configuration's pool and the calibrated confidence."""
+    """The workload preset's parameters with the configuration's pool and the calibrated confidence.
+
+    A physical profile of another model than the presets' Qwen3-30B-A3B gets
+    routes of its own geometry (as ``simmoe synth --model``); the routing and
+    drafter parameters stay the preset's.
+    """
     from simmoe.synth import PRESETS
 
     p = PRESETS[setup.workload].params
     changes: dict = {"pool": pool}
+    phys = profile_of(setup).physical
+    if phys is not None:
+        changes["geometry"] = phys.model.geometry()
     if setup.confidence_shift:
         changes["easy_confidence"] = shifted(p.easy_confidence, setup.confidence_shift)
         changes["hard_confidence"] = shifted(p.hard_confidence, setup.confidence_shift)
@@ -95,7 +103,7 @@ def trace_for(setup: Setup, cfg: TuneConfig, requests: int):
     """The synthetic trace of ``cfg``'s pool shape over the first ``requests`` requests (memoized)."""
     from simmoe.synth import generate
 
-    key = (setup.workload, setup.seed, setup.confidence_shift, cfg.trace_key(), requests)
+    key = _trace_key(setup, cfg, requests)
     if key not in _TRACES:
         if len(_TRACES) > 64:   # a long search visits many shapes: keep memory bounded
             _TRACES.clear()
@@ -104,6 +112,10 @@ def trace_for(setup: Setup, cfg: TuneConfig, requests: int):
         _TRACES[key] = generate(synth_params(setup, full), seed=setup.seed, num_requests=requests,
                                 preset=setup.workload)
     return _TRACES[key]
+
+
+def _trace_key(setup: Setup, cfg: TuneConfig, requests: int) -> tuple:
+    return (setup.workload, setup.seed, setup.confidence_shift, cfg.trace_key(), requests)
 
 
 def narrowed(trace, cfg: TuneConfig):
@@ -173,3 +185,39 @@ def breakdown(res, profile) -> dict:
 def evaluate_group(setup: Setup, cfgs: list[TuneConfig], requests: int) -> list[dict]:
     """:func:`evaluate` for configurations that share one trace (what a worker process runs)."""
     return [evaluate(setup, c, requests) for c in cfgs]
+
+
+def evaluator(setup: Setup, workers: int = 1):
+    """``evaluate(configs, requests) -> rows`` (in order): trace groups in ``workers`` processes.
+
+    A batch whose configurations share one trace runs here, where the trace
+    may already be generated; several groups go to forked workers as the
+    sweep's do (:func:`simmoe.replay.workers.run_pooled`).
+    """
+
+    def run(cfgs: list[TuneConfig], requests: int) -> list[dict]:
+        groups: dict[tuple, list[int]] = {}
+        for i, c in enumerate(cfgs):
+            groups.setdefault(c.trace_key(), []).append(i)
+        out: list[dict] = [{} for _ in cfgs]
+        # groups whose trace this process holds, or all when there is no one to share with, run here
+        here = [ix for ix in groups.values() if workers <= 1 or len(groups) == 1
+                or _trace_key(setup, cfgs[ix[0]], requests) in _TRACES]
+        idx = [ix for ix in groups.values() if ix not in here]
+        for ix in here:
+            for i, row in zip(ix, evaluate_group(setup, [cfgs[i] for i in ix], requests)):
+                out[i] = row
+        if not idx:
+            return out
+        from simmoe.replay.workers import run_pooled
+
+        def done(j, rows, error):
+            if error is not None:
+                raise error
+            for i, row in zip(idx[j], rows):
+                out[i] = row
+
+        run_pooled(evaluate_group, [(setup, [cfgs[i] for i in ix], requests) for ix in idx], workers, done)
+        return out
+
+    return run
