@@ -157,6 +157,11 @@ def register(sub) -> None:
     p.add_argument("--hardware", default=None,
                    help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
                         "the physical profile of the trace's model on the same GPU and link, said in one line)")
+    p.add_argument("--drafter", default=None, metavar="NAME",
+                   help="the trace's drafter, whose drafting the replay charges (default: the one its metadata "
+                        "names, else eagle3); another is refused (docs/synthetic-traces.md, Drafters)")
+    p.add_argument("--drafter-param", action="append", default=None, metavar="KEY=VALUE",
+                   help="a cost parameter of the drafter (repeatable), e.g. draft_model=NAME for llama-chain")
     p.add_argument("--route-accuracy", type=float, default=1.0, metavar="A",
                    help="accuracy of the simulated route predictor the selectors see "
                         "(SpecFit §4.6); 1 = exact routes (default)")
@@ -291,6 +296,9 @@ def _setup(args) -> _Setup:
     profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
                                                                                   file=sys.stderr))
     check_profile_model(trace.geometry, profile, base.hardware)
+    from simmoe.drafters import parse_params, profile_for_trace
+
+    profile = profile_for_trace(trace, profile, args.drafter, parse_params(args.drafter_param))
     from simmoe.cli.checks import cache_budget
 
     base = replace(base, cache_budget=cache_budget(args.cache_experts, args.cache_mib, trace, cache=base.cache,

@@ -79,6 +79,12 @@ def register(sub) -> None:
                    help="T > 0: add the target's distributions at temperature T per pool node (schema "
                         "version 2; simmoe.synth.sampling), for `simmoe replay --temperature T`; the pools, "
                         "text and greedy agreement are those of temperature 0 (default 0)")
+    p.add_argument("--drafter", default=None, metavar="NAME",
+                   help="the drafter whose pools the trace holds: eagle3 (default: the presets' EAGLE-3 tree), mtp, "
+                        "llama-chain, dflash, or module:Name (docs/synthetic-traces.md, Drafters); named in the "
+                        "trace's metadata, so a replay charges its drafting")
+    p.add_argument("--drafter-param", action="append", default=None, metavar="KEY=VALUE",
+                   help="a drafter parameter (repeatable), e.g. heads=2 for mtp, draft_max=8 for llama-chain")
     p.add_argument("--out", metavar="PATH", help="trace file to write (.parquet)")
     p.add_argument("--json", metavar="FILE",
                    help="write a JSON summary (provenance, sizes, workload statistics) "
@@ -140,15 +146,17 @@ def _run(args) -> int:
     temperature = _check(args)
     pr = preset(args.preset)
     params, fitted_to = _params(args, pr)
+    drafter, params = _drafter(args, params)
     bar, update = _progress(not args.no_progress and sys.stderr.isatty())
     t0 = time.perf_counter()
     if bar is not None:
         with bar:
             trace = generate(params, seed=args.seed, num_requests=args.requests,
-                             preset=pr.name, fitted_to=fitted_to, progress=update, temperature=temperature)
+                             preset=pr.name, fitted_to=fitted_to, progress=update, temperature=temperature,
+                             drafter=drafter)
     else:
         trace = generate(params, seed=args.seed, num_requests=args.requests,
-                         preset=pr.name, fitted_to=fitted_to, temperature=temperature)
+                         preset=pr.name, fitted_to=fitted_to, temperature=temperature, drafter=drafter)
     seconds = time.perf_counter() - t0
     if args.out:
         from simmoe.trace.io import write_trace
@@ -167,6 +175,7 @@ def _run(args) -> int:
         "eagle3_committed_per_cycle": round(eagle.committed_per_cycle, 4),
         "eagle3_cycles": int(len(eagle.cycles)),
         "temperature": temperature,
+        **({"drafter": trace.meta["drafter"]} if "drafter" in trace.meta else {}),
         "generate_seconds": round(seconds, 2),
         "out": args.out,
     }
@@ -233,6 +242,24 @@ def _params(args, pr):
     return params, fitted_to
 
 
+def _drafter(args, params):
+    """The drafter of ``--drafter`` (None: EAGLE-3, the presets' own) and the parameters with its pool shape."""
+    from simmoe.drafters import DEFAULT, build, parse_params
+
+    given = parse_params(args.drafter_param)
+    name = args.drafter or DEFAULT
+    if given and args.drafter is None:
+        raise SimmoeError("--drafter-param: name the drafter it is for (--drafter NAME)")
+    drafter = build(name, given)
+    if drafter.name == DEFAULT:
+        return (drafter if given else None), params
+    pool_flags = [flag for flag, (field, _) in POOL_FLAGS.items() if getattr(args, f"pool_{field}") is not None]
+    if pool_flags:
+        raise SimmoeError(f"{pool_flags[0]}: shapes EAGLE-3's tree; drafter {drafter.name}'s pool follows its own "
+                          "parameters (--drafter-param)")
+    return drafter, params.with_(pool=drafter.pool_shape())
+
+
 def _write_summary(args, summary: dict, name: str, seconds: float) -> None:
     """``--json`` (a file or stdout) and the one-line summary."""
     if args.json:
@@ -248,5 +275,7 @@ def _write_summary(args, summary: dict, name: str, seconds: float) -> None:
     if args.json != "-":
         print(f"synthetic trace ({name}, seed {args.seed}): {summary['requests']} requests, "
               f"{summary['positions']:,} positions, {summary['pool_nodes']:,} pool nodes, "
-              f"EAGLE-3 commits {summary['eagle3_committed_per_cycle']:.2f} per cycle; "
+              + (f"drafter {summary['drafter']['name']} (synthetic acceptance), top-K verification commits "
+                 if "drafter" in summary else "EAGLE-3 commits ")
+              + f"{summary['eagle3_committed_per_cycle']:.2f} per cycle; "
               f"generated in {seconds:.1f} s" + (f"; wrote {args.out}" if args.out else ""))

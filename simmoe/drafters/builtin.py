@@ -26,6 +26,7 @@ from simmoe.trace.schema import PoolShape
 
 # EAGLE-3 pool of SpecFit §3.1 (the shipped traces' shape; simmoe.synth.params.EAGLE3_POOL)
 EAGLE3_SHAPE = PoolShape(expand_topk=2, depth=5, max_nodes=18, K=7)
+EAGLE3_DEPTH_DECAY = 0.97   # simmoe.synth.params.SynthParams.depth_decay's default
 
 
 class Eagle3(DrafterBase):
@@ -40,16 +41,16 @@ class Eagle3(DrafterBase):
     name = "eagle3"
     summary = "EAGLE-3's tree (top-2 expansion, depth 5, 18 nodes, K = 7): the default, every shipped trace"
     chain = False
-    PARAMS = (("depth_decay", float, 0.97, "predictability factor per extra level (the presets' own is used)"),)
-
     def pool_shape(self) -> PoolShape:
         return EAGLE3_SHAPE
 
     def level_mean(self, z: np.ndarray, level: int, mean_z: float) -> np.ndarray:
-        return np.asarray(z, dtype=np.float64) * self["depth_decay"] ** (level - 1)
+        # the synthetic generator draws EAGLE-3's pools with the preset's depth_decay; this is its default
+        return np.asarray(z, dtype=np.float64) * EAGLE3_DEPTH_DECAY ** (level - 1)
 
     def level_rate(self, level: int) -> float:
-        return float(self["depth_decay"] ** (level - 1))
+        """Relative to the position's predictability: EAGLE-3's acceptance is the workload's own."""
+        return float(EAGLE3_DEPTH_DECAY ** (level - 1))
 
     def drafting_ms(self, physical: Any, levels: int, requests: int = 1) -> float:
         from simmoe.hardware.physical import PhysicalModel

@@ -115,4 +115,5 @@ def profile_with_drafter(profile: Any, drafter: Any) -> Any:
     return replace(profile, physical=dp, draft_level_ms=level,
                    draft_fixed_ms=phys.o.spec_iteration_ms + (one - level),
                    cost_b_cache=tuple(b), cost_b_no_cache=tuple(b),
-                   description=f"{profile.description}; drafter {drafter.name}")
+                   description=f"{profile.description}; drafter {drafter.name} (drafting from its geometry, "
+                               "acceptance from its published statistics: every tokens/s a prediction)")
