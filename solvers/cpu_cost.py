@@ -40,16 +40,16 @@ class RoutedPool:
 
     :class:`Pool`'s bitmaps drop the root's pairs (under Eq. 4 they cost the same
     whatever is selected); here a pair's cost grows with the tokens routed to it,
-    so the counts need them.  ``pool``: the pool; ``node_pairs[v]``: the distinct flat
-    ids layer·N + expert of node v, ascending; ``root_pairs``: the root's.
+    so the counts need them.  ``pool``: the pool; ``pairs``: every node's distinct flat
+    ids layer·N + expert, node after node (ascending within a node), node v's at
+    ``pairs[start[v]:start[v + 1]]``; ``root_pairs``: the root's, ascending.
     """
 
-    __slots__ = ("pool", "node_pairs", "root_pairs", "_cache")
+    __slots__ = ("pool", "pairs", "start", "root_pairs", "_cache")
 
-    def __init__(self, pool: Pool, node_pairs: tuple[np.ndarray, ...], root_pairs: np.ndarray):
+    def __init__(self, pool: Pool, pairs: np.ndarray, start: np.ndarray, root_pairs: np.ndarray):
         self.pool = pool
-        self.node_pairs = node_pairs
-        self.root_pairs = root_pairs
+        self.pairs, self.start, self.root_pairs = pairs, start, root_pairs
         self._cache: dict = {}
 
     @classmethod
@@ -59,16 +59,26 @@ class RoutedPool:
         L, N = pool.num_layers, pool.num_experts
         offset = (np.arange(L, dtype=np.int64) * N)[:, None]
         root = np.unique((np.asarray(root_routes, dtype=np.int64) + offset).ravel())
-        if pool.n:
-            flat = (np.asarray(node_routes, dtype=np.int64) + offset).reshape(pool.n, -1)
-            node_pairs = tuple(np.unique(row) for row in flat)
+        n = pool.n
+        if n:
+            flat = np.sort((np.asarray(node_routes, dtype=np.int64) + offset).reshape(n, -1),
+                           axis=1)
+            # a repeated expert within one layer's route counts once
+            keep = np.ones(flat.shape, dtype=bool)
+            keep[:, 1:] = flat[:, 1:] != flat[:, :-1]
+            pairs = flat[keep]
+            start = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int64)
         else:
-            node_pairs = ()
-        return cls(pool, node_pairs, root)
+            pairs, start = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        return cls(pool, pairs, start, root)
 
     @property
     def n(self) -> int:
         return self.pool.n
+
+    def node_pairs(self, v: int) -> np.ndarray:
+        """Node v's distinct flat pair ids, ascending."""
+        return self.pairs[self.start[v]:self.start[v + 1]]
 
     def __repr__(self) -> str:
         return f"RoutedPool({self.pool!r})"
@@ -121,7 +131,7 @@ class CpuCostModel:
     checked against a pool's geometry when the model meets it (:func:`cpu_view`).
     """
 
-    __slots__ = ("b", "read", "compute", "on_cpu", "gpu_read", "gpu_compute", "_key")
+    __slots__ = ("b", "read", "compute", "on_cpu", "gpu_read", "gpu_compute", "_key", "_rates")
 
     def __init__(self, b: Sequence[float], read, compute=0.0, *, on_cpu=None,
                  gpu_read=0.0, gpu_compute=0.0):
@@ -148,14 +158,24 @@ class CpuCostModel:
         self.on_cpu = place
         self._key = (self.b, *((a.shape, a.tobytes()) for a in parts),
                      None if place is None else (place.shape, place.tobytes()))
+        self._rates: dict = {}      # (L, N) -> rates(L, N): one model serves many cycles
 
     def rates(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(r, g, on_cpu) per flat pair layer·N + expert, for a pool of L layers × N experts."""
+        """(r, g, on_cpu) per flat pair layer·N + expert, for a pool of L layers × N experts
+        (read-only arrays, computed once per geometry)."""
+        out = self._rates.get((L, N))
+        if out is None:
+            out = self._rates[L, N] = self._make_rates(L, N)
+        return out
+
+    def _make_rates(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cpu = _placement(self.on_cpu, L, N)
         r = np.where(cpu, _rates("read", self.read, L, N, 0.0),
                      _rates("gpu_read", self.gpu_read, L, N, 0.0))
         g = np.where(cpu, _rates("compute", self.compute, L, N, 0.0),
                      _rates("gpu_compute", self.gpu_compute, L, N, 0.0))
+        for arr in (r, g, cpu):
+            arr.flags.writeable = False
         return r, g, cpu
 
     def __eq__(self, other) -> bool:
@@ -176,11 +196,11 @@ class CpuView:
     Pairs with a cost (r > 0 or g > 0) that the root or a node uses are numbered
     densely: ``r``, ``g`` (float64), ``on_cpu`` (bool), ``root_counts`` (int64: 1 where
     the root routes) and ``holders`` (int64: the nodes that route there) per pair.
-    ``free_cpu``: the CPU pairs used that cost nothing.  Per node v: ``idx[v]`` its priced pairs that another token may share
-    (int arrays), ``alone[v]`` the cost of those only v routes to (always max(r, g)
-    when v is in), ``credit[v]`` and ``gamma[v]`` its weights in the two lower
-    bounds (:mod:`solvers.cpu_exact`).  ``cpu_pool``: the pool whose bitmaps hold the
-    CPU pairs only (F).  ``c0``: the root-only cost, canonical.
+    ``free_cpu``: the CPU pairs used that cost nothing.  Per node v: ``node_idx[v]`` its
+    priced pairs, ``idx[v]`` those another token may share (int arrays), ``alone[v]``
+    the cost of those only v routes to (always max(r, g) when v is in), ``credit[v]``
+    and ``gamma[v]`` its weights in the two lower bounds (:mod:`solvers.cpu_exact`).
+    ``cpu_pool``: the pool whose bitmaps hold the CPU pairs only (F).  ``c0``: the root-only cost, canonical.
     """
 
     __slots__ = ("pool", "cpu_pool", "b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders",
@@ -195,44 +215,39 @@ class CpuView:
         priced = (r_all > 0) | (g_all > 0)
         used = np.zeros(L * N, dtype=bool)
         used[rpool.root_pairs] = True
-        for row in rpool.node_pairs:
-            used[row] = True
+        used[rpool.pairs] = True
+        #: CPU pairs the pool uses that cost nothing (counted in F all the same)
+        self.free_cpu = int(np.count_nonzero(used & cpu & ~priced))
         keep = np.flatnonzero(used & priced)
         dense = np.full(L * N, -1, dtype=np.int64)
         dense[keep] = np.arange(keep.size)
         self.r, self.g, self.on_cpu = r_all[keep], g_all[keep], cpu[keep]
-        #: CPU pairs the pool uses that cost nothing (counted in F all the same)
-        self.free_cpu = int(np.count_nonzero(used & cpu & ~priced))
-        holders = np.zeros(keep.size, dtype=np.int64)
-        root_counts = np.zeros(keep.size, dtype=np.int64)
+        self.root_counts = np.zeros(keep.size, dtype=np.int64)
         rp = dense[rpool.root_pairs]
-        root_counts[rp[rp >= 0]] = 1
-        self.root_counts = root_counts
-        node_idx = []
-        for row in rpool.node_pairs:
-            d = dense[row]
-            d = d[d >= 0]
-            node_idx.append(d)
-            holders[d] += 1
-        self.node_idx: tuple[np.ndarray, ...] = tuple(node_idx)
-        self.holders = holders
-        first_r = np.maximum(self.r, self.g)                     # c(1)
-        second = np.maximum(self.r, 2.0 * self.g) - first_r      # c(2) − c(1)
-        seen = root_counts.astype(bool)
-        idx, alone, credit, gamma = [], [], [], []
-        for d in node_idx:
-            solo = (holders[d] == 1) & (root_counts[d] == 0)
-            idx.append(d[~solo])
-            alone.append(math.fsum(first_r[d[solo]].tolist()))
-            # the pairs v holds first in id order (none held by the root) cost c(1) when v
-            # is added in id order; any other pair at least c(2) − c(1) (the smallest step)
-            fresh = ~seen[d]
-            credit.append(float(first_r[d[fresh]].sum() + second[d[~fresh]].sum()))
-            gamma.append(float(self.g[d].sum()))
-            seen[d] = True
-        self.idx, self.alone = tuple(idx), tuple(alone)
-        self.credit, self.gamma = tuple(credit), tuple(gamma)
-        self.gamma0 = float(self.g[root_counts > 0].sum())
+        self.root_counts[rp[rp >= 0]] = 1
+        # every node's priced pairs, node after node (CSR)
+        d_all = dense[rpool.pairs]
+        on = d_all >= 0
+        owner = np.repeat(np.arange(pool.n), np.diff(rpool.start))[on]
+        d = d_all[on]
+        self.holders = np.bincount(d, minlength=keep.size).astype(np.int64)
+        self.node_idx: tuple[np.ndarray, ...] = tuple(np.split(
+            d, np.searchsorted(owner, np.arange(1, pool.n))))
+        first_c = np.maximum(self.r, self.g)                     # c(1)
+        second = np.maximum(self.r, 2.0 * self.g) - first_c      # c(2) − c(1)
+        solo = (self.holders[d] == 1) & (self.root_counts[d] == 0)
+        # the pairs v holds first in id order (none held by the root) cost c(1) when v is
+        # added in id order; any other pair at least c(2) − c(1), the smallest later step
+        fresh = np.zeros(d.size, dtype=bool)
+        fresh[np.unique(d, return_index=True)[1]] = True
+        fresh &= self.root_counts[d] == 0
+        shared = ~solo
+        self.idx: tuple[np.ndarray, ...] = tuple(np.split(
+            d[shared], np.searchsorted(owner[shared], np.arange(1, pool.n))))
+        self.alone = _per_node(np.where(solo, first_c[d], 0.0), owner, pool.n)
+        self.credit = _per_node(np.where(fresh, first_c[d], second[d]), owner, pool.n)
+        self.gamma = _per_node(self.g[d], owner, pool.n)
+        self.gamma0 = float(self.g[self.root_counts > 0].sum())
         self.c0 = self.cpu_time(())
 
     def counts(self, nodes: Iterable[int]) -> np.ndarray:
@@ -260,6 +275,11 @@ class CpuView:
             union |= masks[v]
         f = self.cpu_pool.root_count + union.bit_count()
         return r, f, self.b[len(nodes)] + self.cpu_time(nodes)
+
+
+def _per_node(values: np.ndarray, owner: np.ndarray, n: int) -> tuple[float, ...]:
+    """Per node, the sum of ``values`` over its entries (``owner``: the node of each)."""
+    return tuple(np.bincount(owner, weights=values, minlength=n).tolist())
 
 
 def cpu_view(rpool: RoutedPool, cost: CpuCostModel) -> CpuView:
