@@ -160,7 +160,7 @@ def prefetch_counters(cycles: dict, requests: dict, baseline_decode_ms: float | 
 CPU_COUNTERS = ("cpu_reads_per_token", "dram_gb_per_token", "gpu_share", "gpu_ms_per_token", "cpu_ms_per_token")
 
 
-def cpu_counters(totals: dict, tokens: int) -> dict:
+def cpu_counters(totals: dict, tokens: float) -> dict:
     """The CPU-expert regime's counters per output token (prefill included), from the residency's totals.
 
     ``h2d_per_token`` becomes the experts copied (Fiddler's rule) and ``hit_rate``

@@ -1,0 +1,139 @@
+"""The CPU-expert placements as a residency stage: hand-computed forwards, the resident limit, refusals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from cpu_toy import BW_CPU, E_BYTES, NE, H, c_e, gpu_layer, head, toy_forward
+from factories import random_trace
+
+from simmoe.hardware.profile import HardwareProfile
+from simmoe.replay.config import ReplayConfig, resolve
+from simmoe.replay.residency_cpu import build_cpu_residency
+from simmoe.replay.timing import CycleTimer
+
+L = 2
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return random_trace(3, num_requests=2, output_len=(6, 8), L=L, N=NE, k=2, pool_nodes=6)
+
+
+def toy_profile(placement, **kw):
+    return HardwareProfile(name=f"toy~{placement}", description="toy", source="hand-made for tests",
+                           physical=toy_forward(placement, **kw))
+
+
+def stage(trace, placement, cache="none", slots=0, **kw):
+    prof = toy_profile(placement, **kw)
+    setting = resolve(ReplayConfig(selector="eagle3", cache=cache, slots=slots, hardware="toy"))
+    return build_cpu_residency(trace, setting, prof, CycleTimer(prof, cache=False), requests=(0, 1))
+
+
+def a_step(trace, row=1):
+    """Request 0's root at ``row`` and its first two pool nodes, by hand: (step, n_e per layer and expert)."""
+    lo = int(trace.node_ptr[row])
+    nodes = np.array([0, 1])
+    routes = [trace.root_routes[row]] + [trace.node_routes[lo + j] for j in nodes]
+    counts = np.zeros((L, NE), dtype=np.int64)
+    for r in routes:
+        for layer in range(L):
+            for e in r[layer]:
+                counts[layer, int(e)] += 1
+    step = SimpleNamespace(demand=counts > 0, rows=[row], nodes=[nodes], requests=[0], positions=[row],
+                           tokens=len(routes), context=0, size=1, levels=0)
+    return step, counts
+
+
+def by_hand(counts, on_gpu, copied=None, *, copy_us=0.0, eta_cpu=0.5, sync_us=10.0):
+    """The forward in µs from the doc's terms: GPU part in turn with sync, round trip, CPU experts, copies."""
+    n = int(counts[0].sum() // 2)         # k = 2 routes per token
+    copied = np.zeros_like(on_gpu) if copied is None else copied
+    total = head(n)
+    for layer in range(L):
+        gpu = (on_gpu[layer] | copied[layer]) & (counts[layer] > 0)
+        cpu = (counts[layer] > 0) & ~gpu
+        side = sum(c_e(int(c), eta_cpu) for c in counts[layer][cpu])
+        if cpu.any():
+            side += sync_us + n * 2 * H * 4 / (copy_link_gbps(copy_us) * 1e9) * 1e6
+        side = max(side, copy_us * int(copied[layer].sum()))
+        total += gpu_layer(n, int(gpu.sum()), int(counts[layer][gpu].sum())) + side
+    return total
+
+
+def copy_link_gbps(copy_us):
+    return 10.0 if copy_us == 0 else E_BYTES / (copy_us * 1e-6) / 1e9
+
+
+def test_cpu_layers_1(trace):
+    step, counts = a_step(trace)
+    st = stage(trace, "cpu-layers:1")
+    _, fwd, _, h, m, _ = st.step(step, 0.0)
+    assert np.array_equal(st.token_counts(step), counts)
+    on_gpu = np.array([[False] * NE, [True] * NE])
+    assert fwd * 1e3 == pytest.approx(by_hand(counts, on_gpu), rel=1e-12)
+    assert list(h) == [0, int((counts[1] > 0).sum())] and list(m) == [int((counts[0] > 0).sum()), 0]
+    c = st.counters()
+    assert c["cpu_reads"] == m.sum() and c["dram_bytes"] == m.sum() * E_BYTES and c["gpu_served"] == h.sum()
+
+
+def test_cpu_all(trace):
+    step, counts = a_step(trace)
+    st = stage(trace, "cpu-all")
+    fwd = st.step(step, 0.0)[1]
+    assert fwd * 1e3 == pytest.approx(by_hand(counts, np.zeros((L, NE), bool)), rel=1e-12)
+    c = st.counters()
+    assert c["cpu_ms"] * 1e3 > sum(c_e(int(x)) for x in counts[counts > 0])       # + sync and round trips
+    assert c["dram_bytes"] / (E_BYTES) == (counts > 0).sum()
+    assert c["cpu_ms"] * 1e3 == pytest.approx(by_hand(counts, np.zeros((L, NE), bool)) - c["gpu_ms"] * 1e3)
+    assert E_BYTES / BW_CPU * 1e6 == pytest.approx(c_e(1))                     # one token: memory-bound
+
+
+def test_cpu_misses_hits_run_on_the_gpu_misses_on_the_cpu(trace):
+    step, counts = a_step(trace)
+    st = stage(trace, "cpu-misses", cache="lru", slots=NE)
+    first = st.step(step, 0.0)
+    second = st.step(step, 0.0)           # everything demanded is cached now
+    assert first[3].sum() == 0 and first[4].sum() == (counts > 0).sum()
+    assert second[4].sum() == 0 and second[3].sum() == (counts > 0).sum()
+    assert first[1] * 1e3 == pytest.approx(by_hand(counts, np.zeros((L, NE), bool)), rel=1e-12)
+    assert second[1] * 1e3 == pytest.approx(by_hand(counts, np.ones((L, NE), bool)), rel=1e-12)
+    assert st.counters()["copies"] == 0        # misses are computed, never copied
+
+
+def test_fiddler_copies_when_the_copy_lands_first(trace):
+    step, counts = a_step(trace)
+    copy_us = 10.0                        # c_e(1) = 6.1 µs < 10 < c_e(2) = 12.3 µs at η_cpu = 1/8
+    st = stage(trace, "fiddler", eta_cpu=0.125, link_gbps=copy_link_gbps(copy_us))
+    fwd = st.step(step, 0.0)[1]
+    copied = counts >= 2
+    assert copied.any() and (counts == 1).any(), "the step must hold both kinds"
+    want = by_hand(counts, np.zeros((L, NE), bool), copied, copy_us=copy_us, eta_cpu=0.125)
+    assert fwd * 1e3 == pytest.approx(want, rel=1e-12)
+    assert st.counters()["copies"] == copied.sum()
+
+
+def test_cpu_layers_0_replays_as_the_resident_regime():
+    """No expert on the CPU, the same GPU part: every step, draft and prefill time equals the resident replay's."""
+    from simmoe.hardware.catalogue import load_cpu, load_format, load_link
+    from simmoe.hardware.cpu_forward import CpuForward, CpuTerms, Placement
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.engine import replay
+
+    tr = random_trace(5, num_requests=2, output_len=(4, 6), L=48, N=128, k=8, pool_nodes=6)
+    res = load_profile("qwen3-30b-a3b@h200")
+    fwd = CpuForward(res.physical, load_cpu("epyc-9654"), load_format("bf16"), Placement("layers", 0),
+                     load_link("pcie5-x16"), CpuTerms())
+    cpu = replace(res, name="cpu-layers-0", resident=False, physical=fwd)
+    cfg = ReplayConfig(selector="eagle3", slots=0, cache="none", hardware="x", selector_ms=0.0)
+    a, b = replay(tr, cfg, res), replay(tr, cfg, cpu)
+    assert b.regime == "cpu" and a.regime == "resident"
+    for key in ("forward_ms", "draft_ms", "commit_ms", "step_ms"):
+        assert np.allclose(a.steps[key], b.steps[key], rtol=1e-12, atol=0), key
+    assert np.allclose(a.requests["prefill_ms"], b.requests["prefill_ms"], rtol=1e-12)
+    s = b.summary()
+    assert s["gpu_share"] == 1.0 and s["cpu_reads_per_token"] == 0.0 and s["dram_gb_per_token"] == 0.0
