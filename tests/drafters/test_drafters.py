@@ -8,9 +8,14 @@ import pytest
 import simmoe.drafters as drafters
 from simmoe.drafters.builtin import DFLASH_FIRST, DFLASH_PER_STEP, LLAMA_CURVE, LLAMA_RATES, geometric_rate
 from simmoe.errors import SimmoeError
-from simmoe.synth import generate
+from simmoe.synth import SynthParams, generate
 from simmoe.synth.draft import draft_pools, predictability, stretches
-from tests.synth.synth_tiny import TINY
+from simmoe.trace.schema import ModelGeometry, PoolShape
+
+# a small geometry (fast), EAGLE-3's pool by default
+TINY = SynthParams(dataset="gsm8k", num_requests=4, total_output_tokens=160, limit_tokens=512,
+                   geometry=ModelGeometry(6, 32, 4, expert_bytes=1024, name="tiny"), pool=PoolShape(2, 5, 18, 7),
+                   easy_share=0.6, popularity_sigma=1.0, locality=0.6, token_share=0.8)
 
 COLUMNS = ("root_token", "root_routes", "node_ptr", "node_parent", "node_level", "node_token", "node_q", "node_p",
            "node_agree", "node_routes")
