@@ -122,6 +122,11 @@ def fit_shift(setup: Setup, cfg: sp.TuneConfig, target: float, requests: int = F
     return shift, acceptance(setup, cfg, shift, requests)
 
 
+def _extra_ms(row: dict, tokens_per_s: float) -> float:
+    """Decode time to add to a replay for its tokens/s to become ``tokens_per_s`` (its decoded tokens kept)."""
+    return row["decode_ms"] * (row["tokens_per_s"] / tokens_per_s - 1.0)
+
+
 def recalibrate(setup: Setup, engine: str, m: dict, *, fit_requests: int = FIT_REQUESTS,
                 time_requests: int = TIME_REQUESTS) -> tuple[Setup, dict]:
     """``setup`` with the three terms of the module docstring from ``m``, and what each became."""
@@ -134,7 +139,7 @@ def recalibrate(setup: Setup, engine: str, m: dict, *, fit_requests: int = FIT_R
     notes: dict = {}
     # 1. the vanilla step
     ar = evaluate(setup, sp.ar_config(engine), time_requests)
-    step = o.step_ms + 1000.0 / m["vanilla_tokens_per_s"] - 1000.0 / ar["tokens_per_s"]
+    step = o.step_ms + _extra_ms(ar, m["vanilla_tokens_per_s"]) / ar["replay_steps"]
     notes["vanilla step"] = (f"{max(step, 0.0):.3f} ms per decode step (the profile's {o.step_ms:.3f}), from your "
                              f"vanilla {m['vanilla_tokens_per_s']:g} tokens/s"
                              + (" (clipped at 0: the forward alone is slower than your vanilla)" if step < 0 else ""))
@@ -146,8 +151,7 @@ def recalibrate(setup: Setup, engine: str, m: dict, *, fit_requests: int = FIT_R
     setup = replace(setup, confidence_shift=shift)
     # 3. the served speculative iteration
     row = evaluate(setup, cfg, time_requests)
-    per_token = 1000.0 / m["tokens_per_s"] - 1000.0 / row["tokens_per_s"]
-    spec = o.spec_iteration_ms + per_token * row["accept_len"]
+    spec = o.spec_iteration_ms + _extra_ms(row, m["tokens_per_s"]) / max(row["drafting_steps"], 1)
     notes["served iteration"] = (f"{max(spec, 0.0):.3f} ms per speculative iteration (the profile's "
                                  f"{o.spec_iteration_ms:.3f}), from your {m['tokens_per_s']:g} tokens/s with "
                                  f"{cfg.label()}" + (" (clipped at 0)" if spec < 0 else ""))

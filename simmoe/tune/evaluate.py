@@ -148,7 +148,10 @@ def evaluate(setup: Setup, cfg: TuneConfig, requests: int) -> dict:
     s = res.summary()
     row = {"tokens_per_s": float(s["decode_tps"]), "accept_len": float(s["mat"]),
            "verified": float(s["draft_nodes"]) + (0.0 if cfg.is_ar else 1.0),
-           "output_tokens": int(s["output_tokens"]), "requests": int(requests)}
+           "output_tokens": int(s["output_tokens"]), "requests": int(requests),
+           # what a recalibration needs to move a serving term exactly
+           "decode_ms": float(s["decode_s"]) * 1e3, "replay_steps": int(len(res.steps["step_ms"])),
+           "drafting_steps": int(np.sum(np.asarray(res.steps["levels"]) > 0))}
     row.update(breakdown(res, profile))
     return row
 

@@ -59,3 +59,15 @@ def test_signal_after_the_first_rung_prints_the_best_so_far(tmp_path, monkeypatc
     cap = capsys.readouterr()
     assert "interrupted: the best found so far" in cap.out and "flags (best):" in cap.out
     assert cap.err.count("\n") == 1 and "best configuration found so far" in cap.err
+
+
+def test_measured_point_says_which_terms_came_from_it(capsys):
+    point = "steps=3,accept_len=1.6,tokens_per_s=150,vanilla_tokens_per_s=170"
+    assert main(["tune", *FAST, "--measured", point, "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["calibration"]) == {"vanilla step", "drafter confidence", "served iteration"}
+    assert "vanilla 170" in doc["calibration"]["vanilla step"]
+    # the measured configuration (vLLM chain n=3) replayed after the recalibration gives the measured speed
+    row = next((b for b in doc["best"] if b["steps"] == 3), None)
+    if row is not None:
+        assert row["accept_len"] == pytest.approx(1.6, abs=0.1)
