@@ -14,6 +14,7 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
+from simmoe.cli.replay_cpu import default_columns, fixed_placement, regime_of  # experts on the CPU
 from simmoe.errors import SimmoeError
 from simmoe.progress import bar as progress_bar
 
@@ -45,6 +46,7 @@ COLUMNS = {
                             "resident: megabytes of expert weights read from HBM per output token"),
 }
 COLUMNS.update(__import__("simmoe.cli.replay_prefetch", fromlist=["COLUMNS"]).COLUMNS)  # --prefetch
+COLUMNS.update(__import__("simmoe.cli.replay_cpu", fromlist=["COLUMNS"]).COLUMNS)  # experts on the CPU
 DEFAULT_COLUMNS = ("decode_tps", "speedup", "committed", "draft_nodes", "ms_per_cycle",
                    "h2d_per_token", "hit_rate")
 WIDE_COLUMNS = DEFAULT_COLUMNS + ("mat", "cycles", "stopped_early_pct", "drafted_levels", "selector_ms")
@@ -226,7 +228,7 @@ def run(args) -> int:
     meta = {
         "trace": str(args.trace), "synthetic": bool(st.trace.is_synthetic),
         "provenance": st.trace.meta.get("provenance", {}), "config": config_dict(st.base, st.names),
-        "regime": "resident" if st.profile.resident else "offload",
+        "regime": regime_of(st.profile),
         "selector_time": _selector_time_text(st.fixed_ms, st.profile, st.base.selector_clock, st.names),
         "baseline": {"selector": "ar", "slots": 0, "cache": "none", **baseline},
         **({"batch": st.base.batch} if st.base.batch > 1 else {}),
@@ -312,13 +314,13 @@ def _setup(args) -> _Setup:
     from simmoe.cli.replay_prefetch import setup as prefetch_setup
 
     prefetch = prefetch_setup(args, names, base, profile)
-    return _Setup(names, base, fixed_ms, profile, trace, _columns(args, base, profile, prefetch), prefetch,
-                  workers, "-" in (args.json, args.csv))
+    return _Setup(names, fixed_placement(base, profile), fixed_ms, profile, trace,
+                  _columns(args, base, profile, prefetch), prefetch, workers, "-" in (args.json, args.csv))
 
 
 def _columns(args, base, profile, prefetch) -> tuple:
     """The table's columns: ``--columns``, or the default (or wide) set for the regime and options."""
-    columns = parse_columns(args.columns, args.wide, resident=profile.resident)
+    columns = default_columns(parse_columns(args.columns, args.wide, resident=profile.resident), args.columns, profile)
     if args.columns is not None:
         return columns
     if base.temperature > 0 and "mat" not in columns:
