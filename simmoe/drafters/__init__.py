@@ -27,7 +27,7 @@ from simmoe.api import DRAFTER_GROUP
 from simmoe.errors import SimmoeError
 
 DEFAULT = "eagle3"
-ORDER = ("eagle3", "mtp", "llama-chain", "dflash")   # simmoe's own, in the order of its documentation
+ORDER = ("eagle3", "mtp", "llama-chain", "dflash", "lookahead")   # simmoe's own, in the order of its documentation
 REQUIRED = ("pool_shape", "level_mean", "drafting_ms", "parameters")
 
 

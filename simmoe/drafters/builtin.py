@@ -263,3 +263,75 @@ class DFlash(DrafterBase):
 
     def drafting_ms(self, physical: Any, levels: int, requests: int = 1) -> float:
         return 0.0 if levels <= 0 else self.forward_ms(physical, requests)
+
+
+class Lookahead(DrafterBase):
+    """Lookahead: branches retrieved from an n-gram trie of earlier text, verified several at once; no draft model.
+
+    Pools: ``branches`` continuations of up to ``branch_length`` tokens from
+    the root (the trie's matches for the last tokens, from the request's own
+    history and a trie shared across requests), a tree whose only siblings
+    are the branches' first tokens; the target verifies at most
+    ``draft_tokens`` of them (K).  A trie whose branches share a prefix
+    deeper than the root is not modelled.  q: the trie's count share of a
+    continuation (the most frequent branch first).
+
+    Acceptance: the synthetic traces carry no text (their tokens are random
+    ids), so how repetitive the workload's text is cannot be read from them;
+    the model assumes it: the best branch's first token is right with mean
+    probability ``hit`` (the share of positions whose continuation the trie
+    holds), each further branch takes a share ``spread`` of the remaining
+    mass, and a matched continuation goes on with ``follow`` per further
+    token, all scaled by the position's predictability (boilerplate is
+    where a drafter model is confident too).  Both are assumptions, to be
+    fitted per workload to EVICT Table 1's Lookahead tokens/s at
+    temperature 0 (CALIBRATION.md); every other Lookahead figure is a
+    prediction.
+
+    Cost: no drafter forward; the branches ride in the verification forward
+    (the replay charges its width, as for any pool), plus ``lookup_ms`` per
+    iteration for the trie lookup on the host (0 by default: an assumption).
+    """
+
+    name = "lookahead"
+    summary = "Lookahead: n-gram trie branches (own history + a shared trie), no draft model; acceptance assumed"
+    chain = False
+    PARAMS = (
+        ("branches", int, 4, "branches retrieved from the trie (siblings at the root)"),
+        ("branch_length", int, 6, "tokens per branch (the depth)"),
+        ("draft_tokens", int, 16, "tokens the target verifies at most (K)"),
+        ("hit", float, 0.35, "mean acceptance of the best branch's first token (assumed: text repetitiveness)"),
+        ("follow", float, 0.75, "acceptance of each further token of a matched branch (assumed)"),
+        ("spread", float, 0.1, "mean share of the remaining mass each further branch gets (assumed)"),
+        ("lookup_ms", float, 0.0, "host time of the trie lookup per iteration (assumed 0)"),
+    )
+
+    def check(self) -> None:
+        for name, hi in (("branches", 16), ("branch_length", 32), ("draft_tokens", 512)):
+            if not 1 <= self[name] <= hi:
+                raise self.refuse(name, f"must lie in 1..{hi}")
+        for name in ("hit", "follow", "spread"):
+            if not 0.0 < self[name] <= 1.0:
+                raise self.refuse(name, "must lie in (0, 1]")
+        if self["lookup_ms"] < 0:
+            raise self.refuse("lookup_ms", "must be non-negative")
+
+    def pool_shape(self) -> PoolShape:
+        n = self["branches"] * self["branch_length"]
+        return PoolShape(expand_topk=self["branches"], depth=self["branch_length"], max_nodes=n,
+                         K=min(self["draft_tokens"], n))
+
+    def level_plan(self) -> list[tuple[int, int]]:
+        """(parents, children) per level: the root's ``branches`` children, then each branch a chain."""
+        b = self["branches"]
+        return [(1, b)] + [(b, 1)] * (self["branch_length"] - 1)
+
+    def level_rate(self, level: int) -> float:
+        return float(self["hit"] if level <= 1 else self["follow"])
+
+    def sibling_share(self) -> float:
+        """The further branches' share of the remaining mass (the synthetic generator's runner-up share)."""
+        return float(self["spread"])
+
+    def drafting_ms(self, physical: Any, levels: int, requests: int = 1) -> float:
+        return float(self["lookup_ms"]) if levels > 0 else 0.0

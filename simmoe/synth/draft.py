@@ -46,6 +46,12 @@ def level_sizes(pool: PoolShape) -> list[int]:
     return sizes
 
 
+def expansion_plan(pool: PoolShape) -> list[tuple[int, int]]:
+    """EAGLE's expansion as (parents expanded, children per parent) per level (:func:`level_sizes`)."""
+    k = pool.expand_topk
+    return [(size // k, k) for size in level_sizes(pool)]
+
+
 def stretches(n: int, easy_share: float, stretch_tokens: float,
               rng: np.random.Generator) -> np.ndarray:
     """Easy (True) / hard (False) state of ``n`` positions: a two-state Markov chain.
@@ -104,19 +110,24 @@ class Pools:
 
 
 def draft_pools(true_tokens: np.ndarray, z: np.ndarray, params,
-                rng: np.random.Generator, level_mean: Callable[[np.ndarray, int], np.ndarray] | None = None) -> Pools:
+                rng: np.random.Generator, level_mean: Callable[[np.ndarray, int], np.ndarray] | None = None,
+                plan: list[tuple[int, int]] | None = None, runner_up: float | None = None) -> Pools:
     """Pools of every position of one request (vectorised over positions; loops over levels).
 
     ``true_tokens[u]`` is the output text, ``z[u]`` its predictability.
     ``level_mean(z_u, j)``: another drafter's acceptance model, the mean top-1
     q of level j (:class:`simmoe.api.Drafter`); None: EAGLE-3's,
     ``z_u · depth_decay^(j-1)`` (the same random draws either way).
+    ``plan``: per level, (parents expanded, children per parent), the most
+    probable parents first; None: EAGLE's expansion (:func:`expansion_plan`).
+    ``runner_up``: the drafter's mean share of the remaining mass per next
+    sibling (None: the workload's ``runner_up_share``).
     Complexity O(n · M · k) for n positions and M nodes per pool.
     """
     pool: PoolShape = params.pool
-    k = pool.expand_topk
     n = len(true_tokens)
-    sizes = level_sizes(pool)
+    plan = expansion_plan(pool) if plan is None else plan
+    sizes = [b * k for b, k in plan]
     M = sum(sizes)
     t = np.arange(n)
     depth_t = np.minimum(pool.depth, n - 1 - t)          # pools shrink near the end
@@ -131,8 +142,8 @@ def draft_pools(true_tokens: np.ndarray, z: np.ndarray, params,
     V = params.vocab_size
     start = 0
     prev = (0, 0)                                         # column range of the previous level (none at level 1)
-    for j, size in enumerate(sizes, start=1):
-        b = size // k                                     # parents expanded at this level
+    for j, (b, k) in enumerate(plan, start=1):       # b parents expanded at this level, k children each
+        size = b * k
         if j == 1:
             par = np.full((n, 1), -1, dtype=np.int64)
             p_par = np.ones((n, 1), dtype=np.float32)
@@ -152,7 +163,7 @@ def draft_pools(true_tokens: np.ndarray, z: np.ndarray, params,
         qs[:, :, 0] = _beta_mean(mean1, params.draft_concentration, rng)
         rest = 1.0 - qs[:, :, 0]
         for i in range(1, k):
-            share = _beta_mean(np.full((n, b), params.runner_up_share), 4.0, rng)
+            share = _beta_mean(np.full((n, b), params.runner_up_share if runner_up is None else runner_up), 4.0, rng)
             qs[:, :, i] = np.minimum(qs[:, :, i - 1], rest * share)
             rest = rest - qs[:, :, i]
         qs = np.clip(qs, 1e-6, 1.0).astype(np.float32)

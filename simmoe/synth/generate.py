@@ -161,7 +161,8 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     g = params.geometry
     dkey = _DATASET_KEY.get(params.dataset, 0)
     with_nodes = bool(node_routes)
-    level_mean = _level_mean(params, drafter)
+    level_mean, plan = _level_mean(params, drafter), _level_plan(drafter)
+    runner_up = drafter.sibling_share() if level_mean is not None and hasattr(drafter, "sibling_share") else None
     index = _request_index(params, num_requests, subset)
     R = len(index)
     qids, prompt_len, out_len = request_lengths(params, _rng(seed, _LENGTHS, dkey),
@@ -176,7 +177,7 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
         key = int(index[r])               # streams follow the request, not its place here
         pre = _request_parts(parts, params, seed=seed, dkey=dkey, key=key, prompt_len=int(prompt_len[r]),
                              n=int(out_len[r]), probs=probs, with_nodes=with_nodes, temperature=temperature,
-                             level_mean=level_mean)
+                             level_mean=level_mean, plan=plan, runner_up=runner_up)
         if pre is not None:
             prefill[r] = pre
         if progress is not None:
@@ -213,6 +214,12 @@ def _level_mean(params: SynthParams, drafter) -> Callable[[np.ndarray, int], np.
     return level_mean
 
 
+def _level_plan(drafter) -> list[tuple[int, int]] | None:
+    """The drafter's own expansion, (parents, children) per level, where it has one (None: EAGLE's)."""
+    plan = getattr(drafter, "level_plan", None) if drafter is not None else None
+    return [(int(b), int(k)) for b, k in plan()] if plan is not None else None
+
+
 def _request_index(params: SynthParams, num_requests: int | None, subset) -> np.ndarray:
     """Question indices of the requests to generate: the first ``num_requests``, or ``subset``."""
     if subset is None:
@@ -225,7 +232,7 @@ def _request_index(params: SynthParams, num_requests: int | None, subset) -> np.
 
 def _request_parts(parts: dict[str, list[np.ndarray]], params: SynthParams, *, seed: int, dkey: int, key: int,
                    prompt_len: int, n: int, probs: np.ndarray | None, with_nodes: bool,
-                   temperature: float, level_mean=None) -> np.ndarray | None:
+                   temperature: float, level_mean=None, plan=None, runner_up=None) -> np.ndarray | None:
     """Append request ``key``'s text, pools and routes to ``parts``; its prefill union (None without routes)."""
     g = params.geometry
     L, k, dtype = g.num_layers, g.top_k, g.route_dtype
@@ -233,7 +240,7 @@ def _request_parts(parts: dict[str, list[np.ndarray]], params: SynthParams, *, s
     true_tokens = drng.integers(0, params.vocab_size, size=n).astype(np.int32)
     easy = stretches(n, params.easy_share, params.stretch_tokens, drng)
     z = predictability(easy, params, drng)
-    pools = draft_pools(true_tokens, z, params, drng, level_mean)
+    pools = draft_pools(true_tokens, z, params, drng, level_mean, plan, runner_up)
     v = pools.valid
     parts["root_token"].append(true_tokens)
     parts["node_count"].append(v.sum(axis=1))

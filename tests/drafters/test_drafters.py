@@ -20,7 +20,7 @@ TINY = SynthParams(dataset="gsm8k", num_requests=4, total_output_tokens=160, lim
 COLUMNS = ("root_token", "root_routes", "node_ptr", "node_parent", "node_level", "node_token", "node_q", "node_p",
            "node_agree", "node_routes")
 SMALL = {"mtp": {"heads": 3}, "llama-chain": {"draft_max": 6}, "dflash": {"block": 8},
-         "mtp-tree": {"heads": 3, "topk": 2}}
+         "mtp-tree": {"heads": 3, "topk": 2}, "lookahead": {"branches": 3, "branch_length": 4, "draft_tokens": 8}}
 
 
 def _drafter(key):
@@ -33,7 +33,7 @@ def _trace(drafter, seed=0, requests=2):
 
 
 def test_builtins_are_registered_in_documented_order():
-    assert drafters.names()[:4] == ["eagle3", "mtp", "llama-chain", "dflash"]
+    assert drafters.names()[:5] == ["eagle3", "mtp", "llama-chain", "dflash", "lookahead"]
     assert drafters.load("simmoe.drafters.builtin:MTP") is drafters.load("mtp")
 
 
@@ -57,7 +57,7 @@ def test_acceptance_hook_is_transparent():
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
 
 
-@pytest.mark.parametrize("key", ["mtp", "llama-chain", "dflash", "mtp-tree"])
+@pytest.mark.parametrize("key", ["mtp", "llama-chain", "dflash", "mtp-tree", "lookahead"])
 def test_pools_have_the_drafters_shape(key):
     d = _drafter(key)
     shape = d.pool_shape()
@@ -78,7 +78,7 @@ def test_pools_have_the_drafters_shape(key):
         assert (p[has] <= p[parent[has]]).all() and (p <= 1).all() and (p > 0).all()
 
 
-@pytest.mark.parametrize("key", ["mtp", "dflash"])
+@pytest.mark.parametrize("key", ["mtp", "dflash", "lookahead"])
 def test_pools_are_reproducible_by_seed(key):
     d = _drafter(key)
     a, b, c = _trace(d, seed=4), _trace(d, seed=4), _trace(d, seed=5)
@@ -129,3 +129,31 @@ def test_parse_params():
     for bad in (["a"], ["=1"], ["a=1", "a=2"]):
         with pytest.raises(SimmoeError):
             drafters.parse_params(bad)
+
+
+def test_lookahead_pools_are_branches_from_the_root():
+    """Siblings only at the root: every deeper node is the one child of its parent, branch by branch."""
+    d = _drafter("lookahead")
+    t = _trace(d, requests=3)
+    assert d.pool_shape().K == 8 and d.pool_shape().max_nodes == 12
+    full = np.flatnonzero(np.diff(t.node_ptr) == 12)
+    assert len(full) > 10
+    for pos in full:
+        lo = t.node_ptr[pos]
+        parent, level = t.node_parent[lo:lo + 12], t.node_level[lo:lo + 12]
+        assert np.array_equal(level, np.repeat(np.arange(1, 5), 3))
+        assert (parent[:3] == -1).all()
+        children = np.bincount(parent[3:], minlength=12)
+        assert (children[:9] == 1).all() and (children[9:] == 0).all()   # each node but the leaves: one child
+    # the acceptance model: the branches' first tokens together hold about hit + the spread of the rest
+    q1 = t.node_q[t.node_level == 1].reshape(-1, 3)
+    assert abs(float(q1[:, 0].mean()) - 0.35) < 0.08 and float(q1.sum(axis=1).mean()) < 0.6
+
+
+def test_lookahead_costs_no_drafter_forward():
+    from simmoe.hardware.profile import load_profile
+
+    phys = load_profile("qwen3-30b-a3b@a100-sxm4-80gb").physical
+    assert drafters.build("lookahead").drafting_ms(phys, 6, 4) == 0.0
+    assert drafters.build("lookahead", {"lookup_ms": "0.05"}).drafting_ms(phys, 6, 4) == 0.05
+    assert drafters.build("lookahead", {"lookup_ms": "0.05"}).drafting_ms(phys, 0, 4) == 0.0
