@@ -459,7 +459,7 @@ class Drafter(Protocol):
     ``dict`` of name -> value (strings from the command line, numbers from a
     trace's metadata; unknown names are refused by the drafter).  simmoe's
     own are ``eagle3`` (the default: the pools every shipped trace holds),
-    ``mtp``, ``llama-chain`` and ``dflash`` (docs/extending.md,
+    ``mtp``, ``llama-chain``, ``dflash`` and ``lookahead`` (docs/extending.md,
     docs/synthetic-traces.md); others register under the entry-point group
     :data:`DRAFTER_GROUP` or are named ``module:Name``.
 
@@ -480,6 +480,10 @@ class Drafter(Protocol):
       model's profiles hold exactly those two numbers.
     * :meth:`parameters` — every parameter with its value, recorded in a
       trace's metadata so that a replay rebuilds the same drafter.
+
+    Optional: ``level_plan()``, (parents expanded, children per parent) for
+    each level of a pool that is not EAGLE's expansion; ``sibling_share()``,
+    the mean share of the remaining mass each next sibling takes.
     """
 
     name: ClassVar[str]
