@@ -42,14 +42,18 @@ class RoutedPool:
     whatever is selected); here a pair's cost grows with the tokens routed to it,
     so the counts need them.  ``pool``: the pool; ``pairs``: every node's distinct flat
     ids layer·N + expert, node after node (ascending within a node), node v's at
-    ``pairs[start[v]:start[v + 1]]``; ``root_pairs``: the root's, ascending.
+    ``pairs[start[v]:start[v + 1]]``; ``root_pairs``: the root's, ascending;
+    ``routes``: the validated ``(root_routes, node_routes)`` (int64), for the pools of
+    the search's branches (:mod:`solvers.cpu_exact`).
     """
 
-    __slots__ = ("pool", "pairs", "start", "root_pairs", "_cache")
+    __slots__ = ("pool", "pairs", "start", "root_pairs", "routes", "_cache")
 
-    def __init__(self, pool: Pool, pairs: np.ndarray, start: np.ndarray, root_pairs: np.ndarray):
+    def __init__(self, pool: Pool, pairs: np.ndarray, start: np.ndarray, root_pairs: np.ndarray,
+                 routes: tuple[np.ndarray, np.ndarray]):
         self.pool = pool
         self.pairs, self.start, self.root_pairs = pairs, start, root_pairs
+        self.routes = routes
         self._cache: dict = {}
 
     @classmethod
@@ -58,11 +62,12 @@ class RoutedPool:
         pool = Pool.from_routes(parents, probs, root_routes, node_routes, num_experts)
         L, N = pool.num_layers, pool.num_experts
         offset = (np.arange(L, dtype=np.int64) * N)[:, None]
-        root = np.unique((np.asarray(root_routes, dtype=np.int64) + offset).ravel())
+        root_arr = np.asarray(root_routes, dtype=np.int64)
+        node_arr = np.asarray(node_routes, dtype=np.int64)
+        root = np.unique((root_arr + offset).ravel())
         n = pool.n
         if n:
-            flat = np.sort((np.asarray(node_routes, dtype=np.int64) + offset).reshape(n, -1),
-                           axis=1)
+            flat = np.sort((node_arr + offset).reshape(n, -1), axis=1)
             # a repeated expert within one layer's route counts once
             keep = np.ones(flat.shape, dtype=bool)
             keep[:, 1:] = flat[:, 1:] != flat[:, :-1]
@@ -70,7 +75,7 @@ class RoutedPool:
             start = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int64)
         else:
             pairs, start = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        return cls(pool, pairs, start, root)
+        return cls(pool, pairs, start, root, (root_arr, node_arr))
 
     @property
     def n(self) -> int:

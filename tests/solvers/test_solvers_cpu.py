@@ -198,6 +198,30 @@ def test_limit_g0_r_beta_is_specfit(relax, data):
         assert select_max_linear_cpu(rp, K, cost, lam) == select_max_linear(rp.pool, K, spec, lam)
 
 
+@settings(deadline=None)
+@given(st.data())
+def test_branches_bounded_by_the_relaxation(data):
+    # Eq. 4's bound on every branch (the search uses it on branches of 16 nodes and more):
+    # one read time, experts compute-bound from three tokens on, so the relaxation is a
+    # bound that is not always tight
+    raw = data.draw(st.one_of(raw_pools(max_nodes=8, min_nodes=3), tie_pools(max_nodes=12)))
+    K = data.draw(st.integers(1, 6))
+    L, N = raw.root.shape[0], raw.N
+    b = [data.draw(st.floats(0.5, 4.0)) for _ in range(K + 1)]
+    r = data.draw(st.sampled_from([0.25, 1.0]))
+    g = r * data.draw(st.sampled_from([0.3, 0.4, 0.5]))
+    on_cpu = None if data.draw(st.booleans()) else np.arange(L) % 2 == 0
+    cpu = np.ones((L, N), dtype=bool) if on_cpu is None else np.repeat(on_cpu[:, None], N, 1)
+    cost = CpuCostModel(b, r, g, on_cpu=on_cpu)
+    saved = cpu_exact._Relaxed.MIN_NODES
+    cpu_exact._Relaxed.MIN_NODES = 1
+    try:
+        sel = select_exact_cpu(routed(raw), K, cost)
+    finally:
+        cpu_exact._Relaxed.MIN_NODES = saved
+    check(sel, brute(raw, K, b, np.where(cpu, r, 0.0), np.where(cpu, g, 0.0), cpu))
+
+
 def test_relaxation_applies_only_where_it_is_a_lower_bound():
     rng = np.random.default_rng(3)
     parents, probs = random_tree_shape(rng, 12, 3, 4)
