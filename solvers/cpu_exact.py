@@ -200,19 +200,6 @@ def _sorted_gain(a: list[float], j: int, s: int, room: int, lam: float, b) -> fl
     return best
 
 
-class _State:
-    """What every state of one search reads and a deeper one may raise: λ (the incumbent
-    ratio, or the fixed λ), the target (0, or the incumbent's R̂ − λT), the work done,
-    the next look at the clock, and the bounds' values at λ (:func:`_values`)."""
-
-    __slots__ = ("lam", "target", "work", "check", "vals")
-
-    def __init__(self, lam: float, target: float):
-        self.lam, self.target = lam, target
-        self.work, self.check = 0, _CHECK_EVERY
-        self.vals: tuple = ()
-
-
 class _Relaxed:
     """Eq. 4's bound on one branch of the search (read time r on every priced pair, all on
     the CPU): the branch's sets are S ∪ X with X among the subtrees still reachable, and
@@ -268,119 +255,145 @@ class _Relaxed:
         return math.inf if sel.upper_bound is None else sel.upper_bound
 
 
-def _search(view: CpuView, K: int, lam: float | None, inc: list,
-            deadline: float | None, relaxed: _Relaxed | None = None) -> None:
-    """Depth-first branch and bound from the incumbent ``inc`` (updated in place); raises
-    :class:`_Stop` at the deadline (``inc`` then holds the best set found).  ``relaxed``:
-    Eq. 4's bound, tried on every branch of at least ``_Relaxed.MIN_NODES`` nodes (ratio only)."""
-    pool = view.pool
-    sv = search_view(pool)
-    probs, children = pool.probs, sv.children
-    masks = view.cpu_pool.masks
-    b, r_rate, g_rate, idx, alone, gamma = view.b, view.r, view.g, view.idx, view.alone, view.gamma
-    bmin = [min(b[s + 1:K + 1]) for s in range(K)]
-    counts = view.root_counts.copy()
-    ratio_mode = lam is None
-    st = _State(inc[0] if lam is None else lam, 0.0 if lam is None else inc[0])
-    st.vals = _values(view, st.lam)
-    gains: dict = {}
-    chosen: list[int] = []
+class _Search:
+    """Depth-first branch and bound from the incumbent ``inc`` = [score, R̂, F, nodes, T]
+    (updated in place); :meth:`run` raises :class:`_Stop` at the deadline (``inc`` then
+    holds the best set found).  ``lam`` None: Eq. 5 (λ the incumbent ratio, target 0);
+    else R̂ − λT at that λ (target: the incumbent's value).  ``relaxed``: Eq. 4's bound,
+    tried on every branch of at least ``_Relaxed.MIN_NODES`` nodes (ratio only)."""
 
-    def sums(ids) -> tuple[float, int, float, int]:
-        (_, spA, scA), (_, spB, scB) = st.vals
+    def __init__(self, view: CpuView, K: int, lam: float | None, inc: list,
+                 deadline: float | None, relaxed: _Relaxed | None):
+        self.view, self.K, self.inc, self.deadline = view, K, inc, deadline
+        self.ratio_mode, self.fixed_lam = lam is None, lam
+        self.relaxed = relaxed if lam is None else None
+        self.sv = search_view(view.pool)
+        self.bmin = [min(view.b[s + 1:K + 1]) for s in range(K)]
+        self.counts = view.root_counts.copy()
+        self.lam = inc[0] if lam is None else lam
+        self.target = 0.0 if lam is None else inc[0]
+        self.vals = _values(view, self.lam)
+        self.gains: dict = {}
+        self.chosen: list[int] = []
+        self.work, self.check = 0, _CHECK_EVERY
+
+    def run(self) -> None:
+        roots = self.sv.roots
+        self.visit(list(roots), 0, 1.0, 0, self.view.c0, self.view.gamma0, *self.sums(roots))
+
+    def sums(self, ids) -> tuple[float, int, float, int]:
+        """Sum and count of the positive a_v (each bound) over the subtrees of ``ids``."""
+        (_, spA, scA), (_, spB, scB) = self.vals
         return (sum([spA[v] for v in ids]), sum([scA[v] for v in ids]),
                 sum([spB[v] for v in ids]), sum([scB[v] for v in ids]))
 
-    def gain(bound: int, j: int, s: int) -> float:
-        key = (bound, j, s)
-        x = gains.get(key)
-        if x is None:
-            x = gains[key] = _sorted_gain(st.vals[bound][0], j, s, K - s, st.lam, b)
-        return x
+    def levels(self, rs: float, C: float, G: float, s: int) -> tuple[float, float, float]:
+        """(floor, baseA, baseB) of a state: the target less the rounding margin, and what S
+        contributes to each bound at the current λ."""
+        lam, b1 = self.lam, self.view.b[s + 1]
+        floor = self.target - REL_TOL * (1.0 + rs + abs(self.target) + lam * (C + b1))
+        return floor, rs - lam * (C + self.bmin[s]), rs - lam * (G + self.bmin[s])
 
-    def visit(frontier: list[int], union: int, rs: float, s: int, C: float, G: float,
+    def sorted_cut(self, rs: float, C: float, G: float, s: int, j: int, pcA: int, pcB: int,
+                   floor: float) -> bool:
+        """The sorted bounds (the t largest a_v over ids >= j) where more than K − |S| are
+        positive: True when they prune the rest of the state."""
+        room = self.K - s
+        for bound, count, base in ((0, pcA, C), (1, pcB, G)):
+            if count > room:
+                key = (bound, j, s)
+                g = self.gains.get(key)
+                if g is None:
+                    g = self.gains[key] = _sorted_gain(self.vals[bound][0], j, s, room,
+                                                       self.lam, self.view.b)
+                if rs - self.lam * base + g < floor:
+                    return True
+        return False
+
+    def relaxed_cut(self, rest: list[int], rs: float, union: int, s: int) -> bool:
+        """Eq. 4's bound on the branch of ``rest``: True when it prunes the rest."""
+        rel = self.relaxed
+        if rel is None or sum([rel.size[v] for v in rest]) < rel.MIN_NODES:
+            return False
+        f = self.view.cpu_pool.root_count + union.bit_count()
+        cap = rel.bound(self.chosen, rest, rs, f, self.K - s, self.deadline)
+        return cap * (1.0 + 1e-9) < self.inc[0]
+
+    def offer(self, r2: float, t2: float) -> bool:
+        """Compare the current set (priced r2, t2 on the way) with the incumbent, canonically
+        when it comes near; True when the incumbent rose and moved λ or the target."""
+        inc = self.inc
+        q = r2 / t2 if self.ratio_mode else r2 - self.lam * t2
+        if q < inc[0] - REL_TOL * (abs(inc[0]) + (0.0 if self.ratio_mode else 1.0 + r2)):
+            return False
+        nodes = tuple(self.chosen)
+        cand = _canonical(self.view, nodes, self.fixed_lam)
+        if not beats(cand[0], cand[1], cand[2], nodes, inc):
+            return False
+        inc[:] = cand
+        if not self.ratio_mode:
+            self.target = cand[0]
+        elif cand[0] > self.lam:
+            self.lam = cand[0]
+            self.vals = _values(self.view, self.lam)
+            self.gains.clear()
+        return True
+
+    def visit(self, frontier: list[int], union: int, rs: float, s: int, C: float, G: float,
               psA: float, pcA: int, psB: float, pcB: int) -> None:
         # frontier: ids whose parent is in S ∪ {root}, ascending, all above S's ids; psX,
         # pcX: sum and count of the positive a_v (bound X) over the frontier's subtrees
-        st.work += 1
-        if deadline is not None and st.work > st.check:
-            if time.perf_counter() > deadline:
+        self.work += 1
+        if self.deadline is not None and self.work > self.check:
+            if time.perf_counter() > self.deadline:
                 raise _Stop
-            st.check = st.work + _CHECK_EVERY
-        s1, b1, room, last = s + 1, b[s + 1], K - s, len(frontier) - 1
-        lam_now, target = st.lam, st.target
-        floor = target - REL_TOL * (1.0 + rs + abs(target) + lam_now * (C + b1))
-        baseA = rs - lam_now * (C + bmin[s])
-        baseB = rs - lam_now * (G + bmin[s])
-        (aA, spA, scA), (aB, spB, scB) = st.vals
+            self.check = self.work + _CHECK_EVERY
+        view, counts, chosen = self.view, self.counts, self.chosen
+        s1, b1, last = s + 1, view.b[s + 1], len(frontier) - 1
+        floor, baseA, baseB = self.levels(rs, C, G, s)
+        (aA, spA, scA), (aB, spB, scB) = self.vals
         for pos, j in enumerate(frontier):
             if baseA + psA < floor or baseB + psB < floor:
                 return      # the reachable sets shrink with j: later children cannot either
-            if pcA > room and rs - lam_now * C + gain(0, j, s) < floor:
+            if (pcA > self.K - s or pcB > self.K - s) and \
+                    self.sorted_cut(rs, C, G, s, j, pcA, pcB, floor):
                 return
-            if pcB > room and rs - lam_now * G + gain(1, j, s) < floor:
+            if self.relaxed is not None and self.relaxed_cut(frontier[pos:], rs, union, s):
                 return
-            if relaxed is not None and ratio_mode and \
-                    sum([relaxed.size[v] for v in frontier[pos:]]) >= relaxed.MIN_NODES:
-                cap = relaxed.bound(chosen, frontier[pos:], rs,
-                                    view.cpu_pool.root_count + union.bit_count(), room,
-                                    deadline)
-                if cap * (1.0 + 1e-9) < inc[0]:
-                    return
-            u2 = union | masks[j]
-            r2 = rs + probs[j]
-            C2 = C + alone[j] + _push(counts, idx[j], r_rate, g_rate)
-            G2 = G + gamma[j]
-            t2 = b1 + C2
-            q = r2 / t2 if ratio_mode else r2 - lam_now * t2
+            u2, r2 = union | view.cpu_pool.masks[j], rs + view.pool.probs[j]
+            C2 = C + view.alone[j] + _push(counts, view.idx[j], view.r, view.g)
+            G2 = G + view.gamma[j]
             chosen.append(j)
-            if q >= inc[0] - REL_TOL * (abs(inc[0]) + (0.0 if ratio_mode else 1.0 + r2)):
-                nodes = tuple(chosen)
-                cand = _canonical(view, nodes, lam)
-                if beats(cand[0], cand[1], cand[2], nodes, inc):
-                    inc[:] = cand
-                    if not ratio_mode:
-                        st.target = target = cand[0]
-                    elif cand[0] > lam_now:
-                        st.lam = lam_now = cand[0]
-                        st.vals = _values(view, lam_now)
-                        gains.clear()
-                        (aA, spA, scA), (aB, spB, scB) = st.vals
-                        psA, pcA, psB, pcB = sums(frontier[pos:])
-                    floor = target - REL_TOL * (1.0 + rs + abs(target) + lam_now * (C + b1))
-                    baseA = rs - lam_now * (C + bmin[s])
-                    baseB = rs - lam_now * (G + bmin[s])
+            if self.offer(r2, b1 + C2):
+                (aA, spA, scA), (aB, spB, scB) = self.vals
+                psA, pcA, psB, pcB = self.sums(frontier[pos:])
+                floor, baseA, baseB = self.levels(rs, C, G, s)
             xA, xB = aA[j], aB[j]
             psA2, pcA2 = (psA - xA, pcA - 1) if xA > 0.0 else (psA, pcA)
             psB2, pcB2 = (psB - xB, pcB - 1) if xB > 0.0 else (psB, pcB)
-            if s1 < K:
-                kids = children[j]
+            lam, target = self.lam, self.target
+            if s1 < self.K:
+                kids = self.sv.children[j]
                 if kids:
                     nxt = kids + frontier[pos + 1:]
                     if pos < last:
                         nxt.sort()
-                    visit(nxt, u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
+                    self.visit(nxt, u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
                 elif pos < last:
-                    visit(frontier[pos + 1:], u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
+                    self.visit(frontier[pos + 1:], u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
             chosen.pop()
-            counts[idx[j]] -= 1
-            if st.lam != lam_now or st.target != target:
+            counts[view.idx[j]] -= 1
+            if self.lam != lam or self.target != target:
                 # a deeper state raised the incumbent: bound the rest with its values
-                lam_now, target = st.lam, st.target
-                (aA, spA, scA), (aB, spB, scB) = st.vals
-                psA, pcA, psB, pcB = sums(frontier[pos + 1:])
-                floor = target - REL_TOL * (1.0 + rs + abs(target) + lam_now * (C + b1))
-                baseA = rs - lam_now * (C + bmin[s])
-                baseB = rs - lam_now * (G + bmin[s])
+                (aA, spA, scA), (aB, spB, scB) = self.vals
+                psA, pcA, psB, pcB = self.sums(frontier[pos + 1:])
+                floor, baseA, baseB = self.levels(rs, C, G, s)
                 continue
             # drop j's subtree
             psA = psA2 - spA[j] + (xA if xA > 0.0 else 0.0)
             pcA = pcA2 - scA[j] + (xA > 0.0)
             psB = psB2 - spB[j] + (xB if xB > 0.0 else 0.0)
             pcB = pcB2 - scB[j] + (xB > 0.0)
-
-    roots = sv.roots
-    visit(list(roots), 0, 1.0, 0, view.c0, view.gamma0, *sums(roots))
 
 
 def _root_bound(view: CpuView, K: int, lam: float) -> float:
@@ -429,7 +442,7 @@ def _solve(rpool: RoutedPool, K: int, cost: CpuCostModel, lam: float | None,
             relaxed = _Relaxed(rpool, view, read, cost.rates(rpool.pool.num_layers,
                                                              rpool.pool.num_experts)[2])
         try:
-            _search(view, K, lam, inc, deadline, relaxed)
+            _Search(view, K, lam, inc, deadline, relaxed).run()
         except _Stop:
             return _finish(inc, BRANCH_AND_BOUND, False, _upper(view, K, lam, inc))
     return _finish(inc, BRANCH_AND_BOUND)
