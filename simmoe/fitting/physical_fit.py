@@ -228,12 +228,17 @@ def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None 
     return {"gpu": best, "fits": fits, "batches": batches, "target": target.tolist(), "union_per_layer": unions}
 
 
-def eagle3_qa(pub: dict) -> float:
-    """Table 1's EAGLE-3 tokens/s on QA at temperature 0 for Qwen3-30B-A3B (the one speculative fit figure)."""
+def table1_qa(pub: dict, method: str) -> float:
+    """Table 1's tokens/s of ``method`` on QA at temperature 0 for Qwen3-30B-A3B (a served-iteration fit row)."""
     table = pub["evict"][TABLE1[SPEC_MODEL][0]]
     cols = table["columns"]
-    row = next(r for r in table["rows"] if r[cols.index("method")] == "eagle3")
+    row = next(r for r in table["rows"] if r[cols.index("method")] == method)
     return float(row[cols.index("qa")])
+
+
+def eagle3_qa(pub: dict) -> float:
+    """Table 1's EAGLE-3 tokens/s on QA at temperature 0 for Qwen3-30B-A3B (the first served-iteration row)."""
+    return table1_qa(pub, "eagle3")
 
 
 def qa_workload(requests: int = SPEC_REQUESTS, seed: int = 0):
@@ -254,46 +259,72 @@ def qa_workload(requests: int = SPEC_REQUESTS, seed: int = 0):
                     fitted_to=fitted + ("then: EVICT's pool (App. C.4)",), temperature=1.0)
 
 
-def replay_eagle3(trace, overheads, served_dtype: str | None = None):
-    """EAGLE-3 replayed on ``trace`` with the physical model of Qwen3-30B-A3B on an A100 SXM4 80GB."""
+def replay_spec(trace, overheads, selector: str = "eagle3", served_dtype: str | None = None):
+    """``selector`` replayed on ``trace`` with the physical model of Qwen3-30B-A3B on an A100 SXM4 80GB."""
     from simmoe.hardware.physical import profile_fields
     from simmoe.hardware.profile import HardwareProfile, validate
     from simmoe.replay.engine import ReplayConfig, replay
 
     name = f"{SPEC_MODEL}@a100-sxm4-80gb"
     profile = validate(HardwareProfile(**profile_fields(name, overheads=overheads, served_dtype=served_dtype)))
-    config = ReplayConfig(selector="eagle3", slots=0, cache="none", hardware=name, selector_ms=0.0, seed=0)
+    config = ReplayConfig(selector=selector, slots=0, cache="none", hardware=name, selector_ms=0.0, seed=0)
     return replay(trace, config, profile)
+
+
+def replay_eagle3(trace, overheads, served_dtype: str | None = None):
+    """EAGLE-3 replayed on ``trace`` (:func:`replay_spec`)."""
+    return replay_spec(trace, overheads, "eagle3", served_dtype)
+
+
+SPEC_ROWS = ("eagle3", "evict")   # Table 1's two served-iteration rows on QA, T = 0 (CALIBRATION.md)
+
+
+def _served_row(res, target: float) -> dict:
+    """What one replay without the served term needs: decode ms, its drafting iterations, their verified tokens."""
+    s = res.summary()
+    steps = res.steps
+    drafting = np.asarray(steps["levels"]) > 0
+    tokens = float(s["output_tokens"] - s["requests"])          # decode tokens (SpecFit Eq. 10)
+    return {"target_tps": target, "tps_without": float(s["decode_tps"]), "mat": float(s["mat"]),
+            "need_ms": 1000.0 * tokens / target - 1000.0 * float(s["decode_s"]),
+            "iterations": int(np.count_nonzero(drafting)),
+            "verified": float(np.sum(np.asarray(steps["tokens"])[drafting], dtype=np.float64)),
+            "ms_per_cycle_without": float(s["ms_per_cycle"]), "requests": int(s["requests"])}
 
 
 def fit_spec_iteration(pub: dict, eta: float, fwd: float, step: float, log,
                        served_dtype: str | None = None) -> dict:
-    """``spec_iteration_ms``: the serving time per speculative iteration that Table 1's EAGLE-3 row implies.
+    """The served iteration ``spec_iteration_ms + spec_token_ms · tokens`` that Table 1's two QA rows imply.
 
-    EAGLE-3 replayed on the QA workload, whose Mat is the fitted one (the
-    preset's ``easy_share``, fitted to Table 2's 3.07), decodes its tokens in
-    ``D`` ms without the term; each of its ``n`` iterations that drafts adds the
-    term once, so the term that gives Table 1's 152.8 tokens/s is
-    (1000 · tokens / 152.8 − D) / n, exact at batch 1 (nothing overlaps it).
-    The replay with the term is run again and reported.
+    EAGLE-3 (its Mat the fitted one: the preset's ``easy_share``, fitted to
+    Table 2's 3.07) and EVICT (its Mat as the simulator predicts it) replayed on
+    the QA workload without the term decode their tokens in ``D`` ms; each
+    iteration that drafts adds a + b · (tokens it verifies), so Table 1's 152.8
+    and 162.54 tokens/s give two linear equations, 1000 · tokens / tps − D =
+    a · n + b · V (n iterations, V tokens verified by them), solved exactly.
+    EVICT's selection does not see the term (it selects with C(k) as profiled)
+    and EAGLE-3 does not select by cost, so the replays without it fix n and V.
+    The replays with the terms are run again and reported.
     """
     from simmoe.hardware.physical import Overheads
 
     trace = qa_workload()
     base = Overheads(efficiency=eta, forward_ms=fwd, step_ms=step)
-    res = replay_eagle3(trace, base, served_dtype)
-    s = res.summary()
-    tokens = float(s["output_tokens"] - s["requests"])          # decode tokens (SpecFit Eq. 10)
-    drafting = int(np.count_nonzero(np.asarray(res.cycles["drafted_levels"]) > 0))
-    target = eagle3_qa(pub)
-    term = (1000.0 * tokens / target - 1000.0 * s["decode_s"]) / drafting
-    check = replay_eagle3(trace, replace(base, spec_iteration_ms=term), served_dtype).summary()
-    log(f"EAGLE-3 on QA: {s['decode_tps']:.2f} tok/s without the term, Mat {s['mat']:.3f}, {drafting} drafting "
-        f"iterations -> spec_iteration_ms {term:.3f} -> {check['decode_tps']:.2f} tok/s (Table 1: {target:g})")
-    return {"spec_iteration_ms": term, "target_tps": target, "tps_without": float(s["decode_tps"]),
-            "tps_with": float(check["decode_tps"]), "mat": float(s["mat"]), "iterations": drafting,
-            "ms_per_cycle_without": float(s["ms_per_cycle"]), "ms_per_cycle_with": float(check["ms_per_cycle"]),
-            "requests": int(s["requests"])}
+    rows = {m: _served_row(replay_spec(trace, base, m, served_dtype), table1_qa(pub, m)) for m in SPEC_ROWS}
+    A = np.array([[rows[m]["iterations"], rows[m]["verified"]] for m in SPEC_ROWS], dtype=np.float64)
+    y = np.array([rows[m]["need_ms"] for m in SPEC_ROWS])
+    a, b = (float(v) for v in np.linalg.solve(A, y))
+    fitted = replace(base, spec_iteration_ms=a, spec_token_ms=b)
+    for m in SPEC_ROWS:
+        r = rows[m]
+        check = replay_spec(trace, fitted, m, served_dtype).summary()
+        r.update(tps_with=float(check["decode_tps"]), ms_per_cycle_with=float(check["ms_per_cycle"]),
+                 verified_per_iteration=r["verified"] / max(r["iterations"], 1))
+        log(f"{m} on QA: {r['tps_without']:.2f} tok/s without the served term, Mat {r['mat']:.3f}, "
+            f"{r['iterations']} iterations verifying {r['verified_per_iteration']:.1f} tokens each -> "
+            f"{r['tps_with']:.2f} tok/s (Table 1: {r['target_tps']:g})")
+    log(f"served iteration: {a:.3f} ms + {b:.4f} ms per verified token")
+    return {"spec_iteration_ms": a, "spec_token_ms": b, "rows": rows}
 
 
 def run_fit(log: Callable[[str], None] = lambda s: None, served_dtype: str | None = None) -> dict:
@@ -338,7 +369,7 @@ def to_toml(fit: dict) -> str:
         "# from seeded synthetic traces: do not edit by hand.  Fitted only to what",
         "# shared/design/CALIBRATION.md allows: EVICT Table 4's C(k) on QA, each model's vanilla",
         "# tokens/s on QA (Tables 1, 7, 8, 9 at temperature 0; Tables 1, 7, 8 at temperature 1),",
-        "# Table 6's vanilla QA row and Table 1's EAGLE-3 tokens/s on QA at temperature 0.",
+        "# Table 6's vanilla QA row and Table 1's EAGLE-3 and EVICT tokens/s on QA at temperature 0.",
         "#",
     ] + _residual_lines(fit)
     sp = fit.get("spec")
@@ -408,11 +439,14 @@ def _residual_lines(fit: dict) -> list[str]:
                  + ", ".join(f"B={b}: {u}" for b, u in t6["union_per_layer"].items()))
     sp = fit.get("spec")
     if sp:
-        lines += ["#", f"# Speculative iteration, Table 1 EAGLE-3 on QA at temperature 0 ({sp['target_tps']:g} tok/s; "
-                  f"{sp['requests']} requests, Mat {sp['mat']:.3f}):",
-                  f"#   without the term {sp['tps_without']:.2f} tok/s, {sp['ms_per_cycle_without']:.2f} ms/iteration;"
-                  f" with {sp['spec_iteration_ms']:.3f} ms on each of {sp['iterations']} iterations "
-                  f"{sp['tps_with']:.2f} tok/s, {sp['ms_per_cycle_with']:.2f} ms/iteration"]
+        lines += ["#", "# Served iteration, Table 1 on QA at temperature 0 (EAGLE-3 with its fitted Mat, EVICT with",
+                  f"# its predicted one): {sp['spec_iteration_ms']:.3f} ms + {sp['spec_token_ms']:.4f} ms per "
+                  "verified token"]
+        for m, r in sp["rows"].items():
+            lines.append(f"#   {m}: {r['target_tps']:g} tok/s published; {r['requests']} requests, Mat {r['mat']:.3f}, "
+                         f"{r['iterations']} iterations of {r['verified_per_iteration']:.1f} tokens; without the term "
+                         f"{r['tps_without']:.2f} tok/s ({r['ms_per_cycle_without']:.2f} ms/iteration), with it "
+                         f"{r['tps_with']:.2f} tok/s ({r['ms_per_cycle_with']:.2f} ms/iteration)")
     return lines
 
 
@@ -420,9 +454,12 @@ def _spec_lines(sp: dict | None, carried: str) -> list[str]:
     """The setting's speculative serving term (none without a fit of it)."""
     if not sp:
         return []
-    how = (f"{carried}fitted to EVICT Table 1's EAGLE-3 tokens/s on QA at temperature 0 (Qwen3-30B-A3B, "
-           f"{sp['target_tps']:g}) with EAGLE-3's fitted Mat")
+    r = sp["rows"]
+    how = (f"{carried}fitted to EVICT Table 1's EAGLE-3 and EVICT tokens/s on QA at temperature 0 (Qwen3-30B-A3B, "
+           f"{r['eagle3']['target_tps']:g} and {r['evict']['target_tps']:g}) with EAGLE-3's fitted Mat and "
+           "EVICT's predicted one")
     return [f"spec_iteration_ms = {_fmt(sp['spec_iteration_ms'])}",
+            f"spec_token_ms = {_fmt(sp['spec_token_ms'])}",
             f'spec_iteration_model = "{SPEC_MODEL}"',
             f"spec_iteration_fitted_to = {_fmt(how)}"]
 

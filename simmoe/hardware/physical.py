@@ -88,6 +88,10 @@ class Overheads:
     # serving time a speculative iteration spends beyond drafting, the verification forward and step_ms
     # (one per setting; fitted to EVICT Table 1's EAGLE-3 QA tokens/s: docs/models-and-gpus.md)
     spec_iteration_ms: float = 0.0
+    # its growth with the tokens the iteration verifies (root + drafted, summed over the batch): the
+    # served iteration is spec_iteration_ms + spec_token_ms · tokens, fitted to Table 1's EAGLE-3 and
+    # EVICT rows on QA (two verified sizes; docs/models-and-gpus.md)
+    spec_token_ms: float = 0.0
     source: str = "unfitted defaults"
 
 
@@ -169,13 +173,16 @@ class PhysicalModel:
             + self.o.forward_ms
         return float(t) if np.ndim(t) == 0 else t
 
-    def draft_ms(self, levels: int, requests: int = 1, *, served: bool = True) -> float:
+    def draft_ms(self, levels: int, requests: int = 1, *, served: bool = True, verified: float = 0.0) -> float:
         """Drafting ``levels`` levels for ``requests`` requests at once (0 when nothing is drafted).
 
-        ``served``: add the setting's ``spec_iteration_ms``, the serving time of a
-        speculative iteration beyond drafting and the verification forward; the
-        replay charges it here, once per iteration that drafts (vanilla decoding
-        drafts nothing and never pays it).  EVICT's profiled C(k) leaves it out.
+        ``served``: add the setting's served iteration, the serving time of a
+        speculative iteration beyond drafting and the verification forward,
+        ``spec_iteration_ms + spec_token_ms · verified`` for an iteration that
+        verifies ``verified`` tokens (root and drafted, every request of the
+        batch); the replay charges it here, once per iteration that drafts
+        (vanilla decoding drafts nothing and never pays it).  EVICT's profiled
+        C(k) leaves it out.
         """
         levels = int(levels)
         if levels <= 0:
@@ -187,7 +194,11 @@ class PhysicalModel:
         t = max(mem / self.bw, flops / self.peak) * 1e3 + self.o.draft_step_ms
         if self.tp > 1:
             t += self.ar_fixed + self.ar_per_token * n * 1e3
-        return levels * t + (self.o.spec_iteration_ms if served else 0.0)
+        return levels * t + (self.served_iteration_ms(verified) if served else 0.0)
+
+    def served_iteration_ms(self, verified: float) -> float:
+        """The served iteration's time beyond drafting and the forward, verifying ``verified`` tokens."""
+        return self.o.spec_iteration_ms + self.o.spec_token_ms * float(verified)
 
     # -- what selectors are given -------------------------------------------
     def expert_ms(self, n_tokens: float = 1.0, context: float = 0.0) -> float:
@@ -201,15 +212,16 @@ class PhysicalModel:
     def cost_model(self, kmax: int, *, levels: int, context: float = 0.0) -> tuple[list[float], float]:
         """SpecFit's T̂(S) = b_|S| + βF(S) (Eq. 4) derived at batch 1, memory-bound: ``(b_0..b_kmax, β)``.
 
-        b_j = drafting + ``spec_iteration_ms`` + ``step_ms`` + the forward over 1 + j
-        tokens without routed experts (a cost model fitted on measured cycles, as
+        b_j = drafting + the served iteration over 1 + j tokens + ``step_ms`` + the
+        forward over 1 + j tokens without routed experts (a cost model fitted on measured cycles, as
         SpecFit's App. B is, sees the whole served iteration); β = :meth:`expert_ms`
         (the time one more (layer, expert) pair adds).  Exact while every layer is
         memory-bound, which holds at batch 1.
         """
         j = np.arange(kmax + 1, dtype=np.float64)
         fwd = self.forward_ms(1 + j, 0.0, context, (1 + j) * context)
-        b = fwd + self.draft_ms(levels) + self.o.step_ms
+        b = fwd + self.draft_ms(levels, served=False) + self.o.step_ms + self.served_iteration_ms(0.0) \
+            + self.o.spec_token_ms * (1 + j)
         return [float(x) for x in b], self.expert_ms(1.0, context)
 
     def describe(self) -> str:
@@ -218,7 +230,9 @@ class PhysicalModel:
 
     def served_term(self) -> str:
         """The speculative iteration's serving term in words ("" when the setting has none)."""
-        t = self.o.spec_iteration_ms
+        t, b = self.o.spec_iteration_ms, self.o.spec_token_ms
+        if b > 0:
+            return f"+{t:.2f} ms + {b:.3f} ms per verified token serving time per speculative iteration"
         return f"+{t:.2f} ms serving time per speculative iteration" if t > 0 else ""
 
 
@@ -258,15 +272,18 @@ def overheads_for(setting: str, model_key: str) -> tuple[Overheads, dict]:
            f"draft_step_ms {s.get('draft_step_ms', DRAFT_STEP_MS)} ms and compute efficiency "
            f"{s.get('compute_efficiency', COMPUTE_EFFICIENCY)} assumed")
     spec = float(s.get("spec_iteration_ms", 0.0))
-    if spec > 0:
+    per_token = float(s.get("spec_token_ms", 0.0))
+    if spec > 0 or per_token > 0:
         fitted_on = s.get("spec_iteration_model", model_key)
-        src += (f"; spec_iteration_ms {spec:.2f} ms per speculative iteration "
+        what = f"{spec:.2f} ms" + (f" + {per_token:.3f} ms per verified token" if per_token else "")
+        src += (f"; served iteration {what} per speculative iteration "
                 f"{s.get('spec_iteration_fitted_to', 'fitted')}"
                 + (f", carried to {model_key} as a prediction" if fitted_on != model_key else ""))
     if s.get("served_dtype"):
         src += f"; weights read at {s['served_dtype']} (a what-if: the checkpoint's dtype is in models.toml)"
     return Overheads(efficiency=float(s["efficiency"]), forward_ms=float(s["forward_ms"]), step_ms=float(step),
                      draft_step_ms=float(s.get("draft_step_ms", DRAFT_STEP_MS)), spec_iteration_ms=spec,
+                     spec_token_ms=per_token,
                      compute_efficiency=float(s.get("compute_efficiency", COMPUTE_EFFICIENCY)), source=src), s
 
 

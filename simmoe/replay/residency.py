@@ -74,8 +74,8 @@ class ResidentWeights:
         n = step.size
         fwd = timer.forward_ms(step.tokens, reads, np.zeros_like(reads), context=step.context, requests=n)
         lv = step.levels
-        draft = 0.0 if lv <= 0 else (self.physical.draft_ms(lv, n) if self.physical is not None
-                                     else timer.draft_ms(lv))
+        draft = 0.0 if lv <= 0 else (self.physical.draft_ms(lv, n, verified=step.tokens)
+                                     if self.physical is not None else timer.draft_ms(lv, step.tokens))
         return draft, fwd, timer.commit_ms(), reads, np.zeros_like(reads), None
 
     def finish(self) -> int:
@@ -245,13 +245,13 @@ class OffloadedExperts:
         demand = step.demand
         h, m = self._serve(demand, "step", step)
         fwd = timer.forward_ms(step.tokens, h, m, context=step.context, requests=step.size)
-        draft = float(timer.draft_ms(step.levels)) if step.levels > 0 else 0.0
+        draft = float(timer.draft_ms(step.levels, step.tokens)) if step.levels > 0 else 0.0
         return draft, fwd, timer.commit_ms(), h, m, None
 
     def _sequential(self, step, selector_ms: float):
         eng, timer = self.engine, self.timer
         levels = int(step.levels)
-        draft_ms = float(timer.draft_ms(levels)) if levels > 0 else 0.0
+        draft_ms = float(timer.draft_ms(levels, step.tokens)) if levels > 0 else 0.0
         t0 = self._t0
         F = t0 + draft_ms + selector_ms
         if self.record is not None:

@@ -95,7 +95,7 @@ class BatchCost:
         j = np.arange(self.K + 1, dtype=np.float64)
         n = other_tokens + 1 + j
         fwd = p.forward_ms(n, covered_per_layer[None, :], context, n * context / max(requests, 1), requests)
-        b = fwd + p.draft_ms(self.levels, requests) + p.o.step_ms
+        b = fwd + p.draft_ms(self.levels, requests) + p.o.spec_token_ms * n + p.o.step_ms
         n0 = other_tokens + 1.0
         t0 = p.forward_ms(n0, covered_per_layer, context, n0 * context / max(requests, 1), requests)
         t1 = p.forward_ms(n0, covered_per_layer + 1.0, context, n0 * context / max(requests, 1), requests)

@@ -83,6 +83,9 @@ class CycleTimer:
         self.rng = np.random.default_rng(seed)
         # a resident profile of the physical cost model times forwards with it (simmoe.hardware.physical)
         self.physical = getattr(profile, "physical", None) if profile.resident else None
+        # an offload profile of the physical model pays its served iteration's growth with the verified tokens
+        phys = getattr(profile, "physical", None)
+        self._per_token_serving_ms = float(phys.o.spec_token_ms) if phys is not None else 0.0
         p = profile
         self.c = int(p.copies_in_flight)
         self.e = float(p.expert_ms)
@@ -119,14 +122,20 @@ class CycleTimer:
         nonexpert = self.profile.forward_ms + self.profile.prefill_token_ms * max(int(prompt_len), 0)
         return self._forward(nonexpert, hits, misses)
 
-    def draft_ms(self, levels: int) -> float:
-        """Drafting time for ``levels`` drafted levels (0 when nothing is drafted, as in AR)."""
+    def draft_ms(self, levels: int, tokens: int = 0) -> float:
+        """Drafting time for ``levels`` drafted levels (0 when nothing is drafted, as in AR).
+
+        ``tokens``: what the iteration verifies; a physical profile's served
+        iteration grows with it (``spec_token_ms``, :mod:`simmoe.hardware.physical`).
+        """
         levels = int(levels)
         if levels <= 0:
             return 0.0
         if self.physical is not None:
-            return self.physical.draft_ms(levels)
-        return self.profile.draft_fixed_ms + self.profile.draft_level_ms * levels
+            return self.physical.draft_ms(levels, verified=tokens)
+        per_token = self._per_token_serving_ms
+        return self.profile.draft_fixed_ms + self.profile.draft_level_ms * levels + \
+            (per_token * int(tokens) if per_token else 0.0)
 
     def commit_ms(self) -> float:
         return self.profile.commit_ms

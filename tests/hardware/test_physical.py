@@ -238,16 +238,19 @@ def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound():
 
 
 # --------------------------------------------------------------------------
-# the served speculative iteration: spec_iteration_ms
+# the served speculative iteration: spec_iteration_ms + spec_token_ms · verified tokens
 # --------------------------------------------------------------------------
 def test_the_serving_term_is_charged_to_drafting_iterations_only():
-    t = 2.5
-    with_term, without = plain(spec_iteration_ms=t), plain()
-    assert with_term.draft_ms(0) == 0.0                       # vanilla decoding drafts nothing, pays nothing
+    t, b = 2.5, 0.04
+    with_term, without = plain(spec_iteration_ms=t, spec_token_ms=b), plain()
+    assert with_term.draft_ms(0, verified=33) == 0.0         # vanilla decoding drafts nothing, pays nothing
     for levels in (1, 4):
         assert with_term.draft_ms(levels) == pytest.approx(without.draft_ms(levels) + t)
         assert with_term.draft_ms(levels, 8) == pytest.approx(without.draft_ms(levels, 8) + t)   # once per step
-        assert with_term.draft_ms(levels, served=False) == without.draft_ms(levels)
+        for verified in (2, 33, 8 * 33):                       # grows with the tokens the iteration verifies
+            assert with_term.draft_ms(levels, 8, verified=verified) == \
+                pytest.approx(without.draft_ms(levels, 8) + t + b * verified)
+        assert with_term.draft_ms(levels, served=False, verified=33) == without.draft_ms(levels)
 
 
 def test_evicts_ck_leaves_the_term_out_and_specfits_b_k_hold_it():
@@ -257,9 +260,13 @@ def test_evicts_ck_leaves_the_term_out_and_specfits_b_k_hold_it():
     a = evict_cost_from_unions(plain(spec_iteration_ms=2.5), unions, 1 + np.arange(9), ctx, levels=4)
     b = evict_cost_from_unions(plain(), unions, 1 + np.arange(9), ctx, levels=4)
     assert np.array_equal(a, b)                                # EVICT selects with C(k) as Table 4 profiles it
-    bk_with, beta_with = plain(spec_iteration_ms=2.5, step_ms=3.0).cost_model(8, levels=4)
+    c = evict_cost_from_unions(plain(spec_iteration_ms=2.5, spec_token_ms=0.04), unions, 1 + np.arange(9), ctx,
+                               levels=4)
+    assert np.array_equal(c, b)
+    bk_with, beta_with = plain(spec_iteration_ms=2.5, spec_token_ms=0.04, step_ms=3.0).cost_model(8, levels=4)
     bk, beta = plain(step_ms=3.0).cost_model(8, levels=4)
-    assert np.allclose(np.subtract(bk_with, bk), 2.5) and beta_with == beta
+    # b_j verifies 1 + j tokens: SpecFit's cost model sees the whole served iteration
+    assert np.allclose(np.subtract(bk_with, bk), 2.5 + 0.04 * (1 + np.arange(9))) and beta_with == beta
 
 
 @pytest.fixture(scope="module")
@@ -269,13 +276,13 @@ def qa_small():
     return qa_workload(requests=2)
 
 
-def _replay(trace, name, term, selector, **config):
+def _replay(trace, name, term, selector, per_token=0.0, **config):
     from simmoe.hardware.physical import profile_fields
     from simmoe.hardware.profile import HardwareProfile, validate
     from simmoe.replay.engine import ReplayConfig, replay
 
-    profile = validate(HardwareProfile(**profile_fields(name, overheads=Overheads(step_ms=3.0,
-                                                                                   spec_iteration_ms=term))))
+    over = Overheads(step_ms=3.0, spec_iteration_ms=term, spec_token_ms=per_token)
+    profile = validate(HardwareProfile(**profile_fields(name, overheads=over)))
     cfg = ReplayConfig(selector=selector, hardware=name, selector_ms=0.0, seed=0,
                        **({"slots": 0, "cache": "none"} | config))
     return replay(trace, cfg, profile)
@@ -285,12 +292,15 @@ def _replay(trace, name, term, selector, **config):
                                           ("qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16", {"slots": 48, "cache": "lru"})])
 def test_a_replay_adds_the_term_once_per_speculative_iteration(qa_small, name, config):
     """Resident (physical timer) and offloaded (event model's fixed drafting time): the same charge."""
-    t = 2.5
+    t, per_token = 2.5, 0.05
     for selector in ("ar", "eagle3", "evict"):
-        a, b = _replay(qa_small, name, t, selector, **config), _replay(qa_small, name, 0.0, selector, **config)
+        a = _replay(qa_small, name, t, selector, per_token, **config)
+        b = _replay(qa_small, name, 0.0, selector, **config)
         drafts = np.asarray(a.cycles["drafted_levels"]) > 0
         assert np.array_equal(a.cycles["draft_nodes"], b.cycles["draft_nodes"])   # EVICT's k unchanged
-        assert np.allclose(np.asarray(a.cycles["cycle_ms"]) - b.cycles["cycle_ms"], np.where(drafts, t, 0.0))
+        verified = np.asarray(a.cycles["draft_nodes"]) + 1                        # root + selected, batch 1
+        assert np.allclose(np.asarray(a.cycles["cycle_ms"]) - b.cycles["cycle_ms"],
+                           np.where(drafts, t + per_token * verified, 0.0))
         assert drafts.any() == (selector != "ar")
 
 
@@ -298,32 +308,40 @@ def test_the_shipped_settings_carry_one_term_and_name_it():
     from simmoe.hardware.physical import overheads_for
 
     o, _ = overheads_for("sglang-a100", "qwen3-30b-a3b")
-    assert 0.5 < o.spec_iteration_ms < 10.0 and "Table 1's EAGLE-3" in o.source
+    assert 0.5 < o.spec_iteration_ms < 10.0 and "Table 1's EAGLE-3 and EVICT" in o.source
+    assert 0.0 < o.spec_token_ms < 0.5
     for model in ("ling-flash-2.0", "qwen3-235b-a22b", "hunyuan-7b"):
         other, _ = overheads_for("sglang-a100", model)
-        assert other.spec_iteration_ms == o.spec_iteration_ms and "as a prediction" in other.source
+        assert (other.spec_iteration_ms, other.spec_token_ms) == (o.spec_iteration_ms, o.spec_token_ms)
+        assert "as a prediction" in other.source
     t1, _ = overheads_for("sglang-a100-t1", "qwen3-30b-a3b")
-    assert t1.spec_iteration_ms == o.spec_iteration_ms and "prediction at temperature 1" in t1.source
-    assert overheads_for("vllm-table6", "qwen3-30b-a3b")[0].spec_iteration_ms == 0.0
+    assert (t1.spec_iteration_ms, t1.spec_token_ms) == (o.spec_iteration_ms, o.spec_token_ms)
+    assert "prediction at temperature 1" in t1.source
+    table6 = overheads_for("vllm-table6", "qwen3-30b-a3b")[0]
+    assert table6.spec_iteration_ms == table6.spec_token_ms == 0.0
     from simmoe.hardware.profile import profile_line
 
     resident = build_profile("qwen3-30b-a3b@a100-sxm4-80gb")
     line = profile_line(resident)      # what simmoe replay prints under its table
-    assert f"+{o.spec_iteration_ms:.2f} ms serving time per speculative iteration" in line
-    assert f"spec_iteration_ms {o.spec_iteration_ms:.2f} ms" in resident.source   # simmoe report's profile lines
+    assert f"+{o.spec_iteration_ms:.2f} ms + {o.spec_token_ms:.3f} ms per verified token serving time" in line
+    assert f"served iteration {o.spec_iteration_ms:.2f} ms + {o.spec_token_ms:.3f} ms per verified token" \
+        in resident.source   # simmoe report's profile lines
     assert "serving time" not in profile_line(build_profile("qwen3-30b-a3b@h200~vllm-table6"))
     off = build_profile("qwen3-30b-a3b@a100-pcie-40gb+pcie4-x16")
     assert off.draft_fixed_ms == o.spec_iteration_ms and "serving time" in profile_line(off)
 
 
 @pytest.mark.slow
-def test_the_shipped_term_gives_table1s_eagle3_qa_row():
-    """The one fitted speculative figure: EAGLE-3 on QA at temperature 0, 152.8 tokens/s (EVICT Table 1)."""
-    from simmoe.fitting.physical_fit import eagle3_qa, qa_workload, replay_eagle3
+def test_the_shipped_terms_give_table1s_two_qa_rows():
+    """The two fitted speculative figures on QA at temperature 0 (EVICT Table 1): EAGLE-3 152.8, EVICT 162.54."""
+    from simmoe.fitting.physical_fit import qa_workload, replay_spec, table1_qa
     from simmoe.hardware.physical import overheads_for
     from simmoe.published import PUBLISHED
 
     o, _ = overheads_for("sglang-a100", "qwen3-30b-a3b")
-    s = replay_eagle3(qa_workload(), o).summary()
-    assert s["decode_tps"] == pytest.approx(eagle3_qa(PUBLISHED), rel=1e-3)
-    assert s["mat"] == pytest.approx(3.07, rel=0.02)            # with EAGLE-3's fitted Mat (Table 2: 3.07)
+    trace = qa_workload()
+    for method in ("eagle3", "evict"):
+        s = replay_spec(trace, o, method).summary()
+        assert s["decode_tps"] == pytest.approx(table1_qa(PUBLISHED, method), rel=1e-3)
+        if method == "eagle3":
+            assert s["mat"] == pytest.approx(3.07, rel=0.02)    # with EAGLE-3's fitted Mat (Table 2: 3.07)

@@ -90,10 +90,11 @@ def render_consistency(pub: dict) -> str:
              f"C(1), but an EAGLE-3 iteration, which verifies all 32 draft tokens, takes {_span(e3, '{:.2f}')}× "
              f"Table 4's C(32) ({_span(gap, '{:.1f}')} ms more), and EVICT's iterations, which verify fewer "
              f"tokens, take {_span(ev, '{:.2f}')}× C(32). A cost model fitted to Table 4 and to vanilla tokens/s "
-             "alone therefore predicts speculative tokens/s too high. CALIBRATION.md admits one speculative figure "
-             "to identify the missing time, Table 1's EAGLE-3 tokens/s on QA at temperature 0 (Qwen3-30B-A3B), "
-             "and the simulator prices a served speculative iteration as drafting + the forward over the verified "
-             "tokens + the serving cost fitted to vanilla decoding + one serving term per speculative iteration"
+             "alone therefore predicts speculative tokens/s too high. CALIBRATION.md admits two speculative figures "
+             "to identify the missing time, Table 1's EAGLE-3 and EVICT tokens/s on QA at temperature 0 "
+             "(Qwen3-30B-A3B; two verified sizes), and the simulator prices a served speculative iteration as "
+             "drafting + the forward over the verified tokens + the serving cost fitted to vanilla decoding + a "
+             "served-iteration term a + b · (tokens verified)"
              + _term_text() + ", carried to the other models and temperatures of the setting as a prediction; "
              "EVICT selects with C(k) as Table 4 profiles it, without the term."]
     return "\n".join(lines)
@@ -103,5 +104,6 @@ def _term_text() -> str:
     """The fitted serving term of the SGLang A100 setting, in words ("" when the fit file has none)."""
     from simmoe.hardware.physical import load_settings
 
-    t = load_settings().get("sglang-a100", {}).get("spec_iteration_ms")
-    return f" ({t:.2f} ms, fitted to that row: docs/models-and-gpus.md)" if t else ""
+    s = load_settings().get("sglang-a100", {})
+    a, b = s.get("spec_iteration_ms"), s.get("spec_token_ms", 0.0)
+    return f" ({a:.2f} ms + {b:.4f} ms per token, fitted to those rows: docs/models-and-gpus.md)" if a else ""

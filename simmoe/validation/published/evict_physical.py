@@ -6,7 +6,8 @@ benchmarks (vanilla on QA is fit), EVICT's gain over EAGLE-3, EVICT's Mat
 presets); the same at temperature 1 (Tables 1 and 2 at temperature 1, sampled
 verification), where EAGLE-3's Mat is predicted on every benchmark but QA.
 Fit, apart: vanilla on QA at each temperature (the cost model's ``step_ms``),
-EAGLE-3's tokens/s on QA at temperature 0 (the setting's ``spec_iteration_ms``),
+EAGLE-3's and EVICT's tokens/s on QA at temperature 0 (the setting's served
+iteration, ``spec_iteration_ms`` + ``spec_token_ms`` per verified token),
 EAGLE-3's Mat on the four EVICT workload presets (their ``easy_share``) and on
 QA at temperature 1 (``target_spread``), and Table 4's C(k) on QA beside the
 cost model's C(k) profiled on the EVICT-shaped GSM8K and CNN/DM traces (what
@@ -61,7 +62,9 @@ def speed_rows(pub: dict, res: dict[str, RunResult], model: str, table: str, sec
             how = (f"fitted: the model's step_ms at temperature {temperature} (physical_fit.toml, setting "
                    f"{T1_SETTING})" if temperature else "fitted: the model's step_ms (physical_fit.toml)")
             if m != "vanilla":
-                how = "fitted: the setting's spec_iteration_ms (physical_fit.toml), with EAGLE-3's fitted Mat"
+                how = ("fitted: the setting's served iteration, spec_iteration_ms + spec_token_ms per verified "
+                       "token (physical_fit.toml), with " + ("EAGLE-3's fitted Mat" if m == "eagle3"
+                                                             else "EVICT's predicted Mat"))
             out.append(Row(section, FIT if fitted else fig, "fit" if fitted else role_of(pub, fig),
                            f"{ds}: {m} tokens/s{tag}", float(r[j]), float(res[key].summary["decode_tps"]), "rel",
                            goal, key, note=how if fitted else (NOTE_T1 if temperature and sel != "ar" else ""),
@@ -77,21 +80,22 @@ def speed_rows(pub: dict, res: dict[str, RunResult], model: str, table: str, sec
 
 
 def is_spec_fit(model: str, method: str, temperature: int) -> bool:
-    """Whether (model, method, temperature) on QA is the one speculative tokens/s row that is fitted.
+    """Whether (model, method, temperature) on QA is one of the two speculative tokens/s rows that are fitted.
 
-    Table 1's EAGLE-3 on QA at temperature 0 for Qwen3-30B-A3B: the setting's
-    ``spec_iteration_ms`` (``fit_in_evict_tables``; :func:`simmoe.fitting.physical_fit.fit_spec_iteration`).
+    Table 1's EAGLE-3 and EVICT on QA at temperature 0 for Qwen3-30B-A3B: the
+    setting's served iteration, ``spec_iteration_ms + spec_token_ms · tokens``
+    (``fit_in_evict_tables``; :func:`simmoe.fitting.physical_fit.fit_spec_iteration`).
     """
-    from simmoe.fitting.physical_fit import SPEC_MODEL
+    from simmoe.fitting.physical_fit import SPEC_MODEL, SPEC_ROWS
 
-    return model == SPEC_MODEL and method == "eagle3" and temperature == 0
+    return model == SPEC_MODEL and method in SPEC_ROWS and temperature == 0
 
 
 def _implied_cycle_rows(pub, res, model, ds, pubrows, j, section, fig, temperature: int = 0) -> list[Row]:
     """The cycle time a method's published tokens/s and Mat imply, beside the simulated one (no goal).
 
     Mat / tokens/s is the published time per cycle; the simulated cycle is
-    C(k) + ``step_ms`` + ``spec_iteration_ms`` (+ selector time): the gap is
+    C(k) + ``step_ms`` + the served iteration (+ selector time): the gap is
     what the cost model does not explain.
     """
     src = mat_source(model, temperature)
@@ -112,7 +116,7 @@ def _implied_cycle_rows(pub, res, model, ds, pubrows, j, section, fig, temperatu
         out.append(Row(section, fig, role_of(pub, fig), f"{ds}: {m} ms per cycle (Mat / tokens/s){tag}",
                        round(implied, 2), float(res[key].summary["ms_per_cycle"]), "rel", None, key,
                        note=f"published: Mat ({mat_table}) / tokens/s; simulated: drafting + C(k)'s forward "
-                            "+ the fitted step_ms + spec_iteration_ms"))
+                            "+ the fitted step_ms + the served iteration"))
     return out
 
 

@@ -291,7 +291,7 @@ def _implied_cycle_sentence(rows: list[Row], pred, benches: list[Bench]) -> list
         return []
     gaps = [_num(r.published) - _num(r.simulated) for r in cyc]
     errs = [r.error for r in cyc]
-    step, term = None, 0.0
+    step, term, per_token = None, 0.0, 0.0
     for b in benches:
         ar = pred.runs.get(b.keys["ar"])
         if ar is not None:
@@ -301,7 +301,8 @@ def _implied_cycle_sentence(rows: list[Row], pred, benches: list[Bench]) -> list
             try:
                 prof = load_profile(ar.run.hardware)
                 step = prof.commit_ms
-                term = prof.physical.o.spec_iteration_ms if prof.physical is not None else 0.0
+                o = prof.physical.o if prof.physical is not None else None
+                term, per_token = (o.spec_iteration_ms, o.spec_token_ms) if o is not None else (0.0, 0.0)
             except ProfileError:
                 step = None
             break
@@ -311,8 +312,8 @@ def _implied_cycle_sentence(rows: list[Row], pred, benches: list[Bench]) -> list
     if step is not None:
         text += (f" A simulated cycle is drafting + the forward over the verified tokens + step_ms = {step:.2f} ms "
                  "(the serving cost fitted to vanilla QA)"
-                 + (f" + spec_iteration_ms = {term:.2f} ms per speculative iteration (the one serving term fitted "
-                    "to a speculative figure)" if term > 0 else "")
+                 + (f" + {term:.2f} ms + {per_token:.4f} ms per verified token per speculative iteration (the "
+                    "served iteration, fitted to two speculative figures)" if term > 0 or per_token > 0 else "")
                  + f"; Table 4's C(32) on QA is {_c32():.2f} ms.")
     return [text]
 
@@ -370,7 +371,7 @@ def _why_physical(rows, pred, model: str, temperature: int) -> list[str]:
     benches = [b for b in (_physical(pub, model, ds, temperature) for ds in BENCHES) if b.keys["evict"] in pred.runs]
     out = _vanilla_sentence(rows, benches) + _implied_cycle_sentence(rows, pred, benches)
     if any(r.goal == "tps" and r.status == "MISS" for r in rows):
-        here = None if is_spec_fit(model, "eagle3", temperature) else \
+        here = None if is_spec_fit(model, "evict", temperature) else \
             (_model_label(model) + (" at temperature 1" if temperature else ""))
         out += served_sentences(pred, benches, here, BENCH_NAMES.get)
     gains = _missed(rows, "gain")
