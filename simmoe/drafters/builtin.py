@@ -196,11 +196,16 @@ DFLASH_PER_STEP = 3.74
 
 
 def geometric_rate(first: float, per_step: float, drafted: int) -> float:
-    """The constant rate r of positions 2..n with first + first·r + ... = per_step − 1 (bisection)."""
+    """The constant rate r of positions 2..n with first + first·r + ... = per_step − 1 (bisection).
+
+    Clamped to [0, 1]: 1 when even every position accepted gives fewer, 0 when the first alone gives more.
+    """
     want = per_step - 1.0
     lo, hi = 0.0, 1.0
     if first * drafted <= want:
         return 1.0
+    if first >= want:
+        return 0.0
     for _ in range(80):
         r = (lo + hi) / 2
         got = first * sum(r ** j for j in range(drafted))
@@ -241,8 +246,9 @@ class DFlash(DrafterBase):
             raise self.refuse("taps", "must lie in 1..64")
         if not 0.0 < self["first"] <= 1.0:
             raise self.refuse("first", "must lie in (0, 1]")
-        if not 1.0 < self["per_step"] <= self["block"]:
-            raise self.refuse("per_step", f"must lie in (1, {self['block']}] (the block's tokens)")
+        if not 1.0 + self["first"] <= self["per_step"] <= self["block"]:
+            raise self.refuse("per_step", f"must lie in [1 + first, {self['block']}] (the root, the first "
+                                          "drafted token's mean, and at most the block)")
 
     def pool_shape(self) -> PoolShape:
         return chain_shape(self["block"] - 1)

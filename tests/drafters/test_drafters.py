@@ -112,7 +112,8 @@ def test_level_one_acceptance_in_the_generated_pools():
 @pytest.mark.parametrize("name,params,message", [
     ("mtp", {"heads": 0}, "heads=0 must lie in 1..16"),
     ("mtp", {"first": "x"}, "first='x' is not a number"),
-    ("dflash", {"per_step": 20}, "per_step=20.0 must lie in (1, 16]"),
+    ("dflash", {"per_step": 20}, "per_step=20.0 must lie in [1 + first, 16]"),
+    ("dflash", {"per_step": 1.5}, "per_step=1.5 must lie in [1 + first, 16]"),
     ("eagle3", {"depth": 3}, "unknown parameter 'depth'"),
     ("nope", {}, "unknown drafter 'nope'"),
     ("simmoe.nowhere:X", {}, "cannot be loaded"),
