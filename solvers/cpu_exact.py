@@ -7,12 +7,15 @@ larger R̂, smaller F — the union's CPU pairs —, fewer nodes, smaller ids).
 
 Two paths, one answer:
 
-* *SpecFit-equivalent costs* (:func:`specfit_equivalent`): every priced pair is on
-  the CPU at one (r, g) with g·(K + 1) <= r, the GPU's pairs free.  Then no pair
-  is ever compute-bound (n <= K + 1), c(n) = r for every n >= 1, T = b + r·F
-  canonically, and :func:`solvers.exact.select_exact`'s whole portfolio (closure
-  bounds, min cuts, MILP) answers on the pool with the GPU's pairs free.
-* Otherwise a depth-first branch and bound over A_K (ids added in increasing
+* *Eq. 4 as a relaxation* (:func:`specfit_relaxation`): with β the smallest
+  c(1) = max(r, g) of the CPU's experts, T >= T̂ = b + β·F on every set (F on the
+  pool with the GPU's pairs free), canonically.  Where T̂ = T on all of A_K (one
+  read time, no expert ever compute-bound) :func:`solvers.exact.select_exact`'s
+  whole portfolio (closure bounds, min cuts, MILP) answers.  Where two tokens
+  still cost an expert's read time, T̂'s optimum is tried first: if T = T̂ on it,
+  it is the answer; otherwise it starts the search below, whose large branches
+  T̂ bounds (:class:`_Relaxed`).
+* The depth-first branch and bound over A_K (ids added in increasing
   order, as Algorithm 1), with the per-pair token counts kept in an array and
   two lower bounds on what an extension X of S adds to T (every a_v below is
   p_v − λ·w_v, and X can reach the target only if R̂(S) − λ·base(S) +
@@ -87,30 +90,35 @@ def _check_K(rpool: RoutedPool, K, cost: CpuCostModel) -> int:
 
 def specfit_relaxation(rpool: RoutedPool, K: int,
                        cost: CpuCostModel) -> tuple[Pool, CostModel, bool] | None:
-    """(pool, CostModel, equivalent) with Eq. 4's T̂ <= this cost's T on every S in A_K, equal
-    wherever no pair of S's union is compute-bound (g·n > r); None where there is none.
+    """(pool, CostModel, equivalent) with Eq. 4's T̂ <= this cost's T on every S in A_K; None
+    where no such T̂ says anything (an expert on the CPU that costs nothing).
 
-    It exists when every priced pair is on the CPU at one read time r (T̂ = b + r·F on the
-    pool with the GPU's pairs free) and no unpriced pair is on the CPU.  ``equivalent``:
-    equal on all of A_K, as when every pair's possible token count (the root, and at most
-    K of its holders) stays within r/g.
+    T̂ = b + β·F on the pool with the GPU's pairs free, β the smallest c(1) = max(r, g) of
+    the CPU's experts the pool uses: every CPU pair of the union costs at least β, the
+    GPU's at least 0.  ``equivalent``: T̂ = T on all of A_K — every priced pair on the CPU
+    at the one read time β, and every pair's possible token count (the root, and at most
+    K of its holders) within r/g, so that none is ever compute-bound.
     """
     view = cpu_view(rpool, cost)
     if view.r.size == 0:        # nothing priced: T = b, Eq. 4 with β = 0
         return view.cpu_pool, CostModel(cost.b, 0.0), True
-    r0 = float(view.r[0])
-    if not (view.on_cpu.all() and view.free_cpu == 0 and np.all(view.r == r0)):
+    first = np.maximum(view.r, view.g)[view.on_cpu]
+    if view.free_cpu or not first.size:
         return None
+    beta = float(first.min())
     reach = view.root_counts + np.minimum(view.holders, min(K, rpool.n))
-    equivalent = bool(np.all(view.g * reach <= r0))
-    return view.cpu_pool, CostModel(cost.b, r0), equivalent
+    equivalent = bool(view.on_cpu.all() and np.all(view.r == beta)
+                      and np.all(view.g * reach <= view.r))
+    return view.cpu_pool, CostModel(cost.b, beta), equivalent
 
 
-def _mostly_read_bound(rpool: RoutedPool, cost: CpuCostModel, r: float) -> bool:
+def _mostly_read_bound(rpool: RoutedPool, cost: CpuCostModel) -> bool:
     """Whether two tokens on one expert still cost its read time (2g <= r on every pair): the
-    relaxation's optimum is then often exact; otherwise shared experts are compute-bound
-    and trying it first cost more than it saved (benchmarks/bench_solvers_cpu.py)."""
-    return bool(np.all(2.0 * cpu_view(rpool, cost).g <= r))
+    relaxation's optimum is then often exact, and its bounds strong; otherwise shared
+    experts are compute-bound and trying it first cost more than it saved
+    (benchmarks/bench_solvers_cpu.py)."""
+    view = cpu_view(rpool, cost)
+    return bool(np.all(2.0 * view.g <= view.r))
 
 
 def _finish(inc: list, method: str, exact: bool = True, upper: float | None = None) -> Selection:
@@ -469,7 +477,7 @@ def select_exact_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, *, start=Non
         if len(first) > K:
             raise InvalidInput(f"start has {len(first)} nodes, more than K = {K}")
     relax = specfit_relaxation(rpool, K, cost) if _SPECFIT_PATH else None
-    if relax is None or not (relax[2] or _mostly_read_bound(rpool, cost, relax[1].beta)):
+    if relax is None or not (relax[2] or _mostly_read_bound(rpool, cost)):
         return _solve(rpool, K, cost, None, first, deadline)
     pool, spec, equivalent = relax
     sel = select_exact(pool, K, spec, start=first or None, time_limit=_left(deadline))

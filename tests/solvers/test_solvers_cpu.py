@@ -208,8 +208,10 @@ def test_branches_bounded_by_the_relaxation(data):
     K = data.draw(st.integers(1, 6))
     L, N = raw.root.shape[0], raw.N
     b = [data.draw(st.floats(0.5, 4.0)) for _ in range(K + 1)]
-    r = data.draw(st.sampled_from([0.25, 1.0]))
-    g = r * data.draw(st.sampled_from([0.3, 0.4, 0.5]))
+    r = data.draw(st.sampled_from([0.25, 1.0, (0.5, 0.25)]))    # one read time, or per layer
+    g = min(np.atleast_1d(r)) * data.draw(st.sampled_from([0.3, 0.4, 0.5]))
+    if isinstance(r, tuple):
+        r = np.resize(np.array(r), L)
     on_cpu = None if data.draw(st.booleans()) else np.arange(L) % 2 == 0
     cpu = np.ones((L, N), dtype=bool) if on_cpu is None else np.repeat(on_cpu[:, None], N, 1)
     cost = CpuCostModel(b, r, g, on_cpu=on_cpu)
@@ -219,21 +221,30 @@ def test_branches_bounded_by_the_relaxation(data):
         sel = select_exact_cpu(routed(raw), K, cost)
     finally:
         cpu_exact._Relaxed.MIN_NODES = saved
-    check(sel, brute(raw, K, b, np.where(cpu, r, 0.0), np.where(cpu, g, 0.0), cpu))
+    r_full = np.broadcast_to(np.asarray(r, dtype=float).reshape(-1, 1), (L, N)) \
+        if np.ndim(r) else np.full((L, N), r)
+    check(sel, brute(raw, K, b, np.where(cpu, r_full, 0.0), np.where(cpu, g, 0.0), cpu))
 
 
-def test_relaxation_applies_only_where_it_is_a_lower_bound():
+def test_relaxation_is_a_lower_bound_and_says_where_it_is_exact():
     rng = np.random.default_rng(3)
     parents, probs = random_tree_shape(rng, 12, 3, 4)
     root, routes = random_routes(rng, parents, 2, 8, 2, 0.9)
-    rp = RoutedPool.from_routes(parents, probs, root, routes, 8)
-    b = [1.0] * 13
-    assert specfit_relaxation(rp, 12, CpuCostModel(b, 1.0, 0.01))[2]        # 13·0.01 <= 1
-    assert not specfit_relaxation(rp, 12, CpuCostModel(b, 1.0, 0.5))[2]     # two tokens bind
-    per_layer = CpuCostModel(b, [1.0, 2.0], 0.0)
-    assert specfit_relaxation(rp, 12, per_layer) is None                     # two read times
-    on_gpu = CpuCostModel(b, 1.0, 0.0, on_cpu=[True, False], gpu_read=0.5)
-    assert specfit_relaxation(rp, 12, on_gpu) is None                        # the GPU priced
+    raw = RawPool(parents.tolist(), probs.tolist(), root, routes, 8)
+    rp = routed(raw)
+    b = [1.0 + 0.1 * j for j in range(13)]
+    cases = [(CpuCostModel(b, 1.0, 0.01), True),             # 13 tokens · 0.01 <= 1
+             (CpuCostModel(b, 1.0, 0.5), False),             # two tokens bind
+             (CpuCostModel(b, [1.0, 2.0], 0.0), False),      # two read times: β the smaller
+             (CpuCostModel(b, 1.0, 0.0, on_cpu=[True, False], gpu_read=0.5), False)]
+    for cost, exact in cases:
+        pool, spec, equivalent = specfit_relaxation(rp, 12, cost)
+        assert equivalent == exact
+        for combo in itertools.islice(legal_sets(raw, 12), 200):
+            lower, full = evaluate(pool, combo, spec).time, cpu_evaluate(rp, combo, cost).time
+            assert lower <= full and (lower == full or not exact)
+    free_cpu = CpuCostModel(b, [1.0, 0.0], 0.0)                # an expert on the CPU for free
+    assert specfit_relaxation(rp, 12, free_cpu) is None
 
 
 def _shaped(seed: int, n: int):
