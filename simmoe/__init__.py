@@ -5,3 +5,12 @@ touches models.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # `simmoe.tune(...)`: the tuning package, callable, imported when first used (docs/tune.md)
+    if name == "tune":
+        import importlib
+
+        return importlib.import_module("simmoe.tune")
+    raise AttributeError(f"module 'simmoe' has no attribute {name!r}")
