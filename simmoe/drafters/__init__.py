@@ -135,3 +135,17 @@ def profile_for_trace(trace: Any, profile: Any, name: str | None = None,
     if drafter.name != DEFAULT:
         drafter.drafting_ms(out.physical, 1, 1)   # a cost that cannot be computed is refused before any work
     return out
+
+
+def with_trace_drafter(trace: Any, profile: Any) -> Any:
+    """The profile a replay of ``trace`` uses: already a drafter's (a command chose its parameters), or the trace's.
+
+    Every replay enters the engine through here, so a trace of another
+    drafter is never charged EAGLE-3's drafting; EAGLE-3's traces keep the
+    profile itself.
+    """
+    from simmoe.drafters.cost import DrafterPhysical
+
+    if isinstance(getattr(profile, "physical", None), DrafterPhysical) or trace_drafter(trace)[0] == DEFAULT:
+        return profile
+    return profile_for_trace(trace, profile)

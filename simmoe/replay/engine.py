@@ -92,6 +92,9 @@ def _edge(trace, config: ReplayConfig | Setting, profile) -> tuple[Setting, obje
         from simmoe.hardware.profile import load_profile
 
         profile = load_profile((config.config if isinstance(config, Setting) else config.validate()).hardware)
+    from simmoe.drafters import with_trace_drafter
+
+    profile = with_trace_drafter(trace, profile)   # drafting as the drafter that made the pools drafts
     if isinstance(config, Setting):
         return config, profile
     return check_setting(trace, config, profile), profile

@@ -14,7 +14,7 @@ PHYS = "qwen3-30b-a3b@a100-sxm4-80gb"
 @pytest.fixture(scope="module")
 def mtp_trace(tmp_path_factory):
     out = tmp_path_factory.mktemp("drafters") / "mtp.parquet"
-    assert main(["synth", "--preset", "gsm8k", "--requests", "2", "--drafter", "mtp", "--drafter-param", "heads=2",
+    assert main(["synth", "--preset", "gsm8k", "--requests", "1", "--drafter", "mtp", "--drafter-param", "heads=2",
                  "--out", str(out), "--no-progress"]) == 0
     return out
 
@@ -68,10 +68,14 @@ def test_synth_refusals(tmp_path, capsys, extra, message):
 
 
 def test_the_replays_drafting_is_the_drafters(mtp_trace):
-    """Every cycle that drafts is charged the MTP heads' levels plus the served term, not EAGLE-3's."""
+    """Every step that drafts is charged the MTP heads' levels plus the served term, not EAGLE-3's drafting;
+    the engine applies the trace's drafter itself (a profile given plain is charged the same)."""
+    import inspect
+
     import numpy as np
 
     from simmoe.drafters import for_trace, profile_for_trace
+    from simmoe.hardware.physical import PhysicalModel
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.config import ReplayConfig
     from simmoe.replay.engine import replay
@@ -81,12 +85,32 @@ def test_the_replays_drafting_is_the_drafters(mtp_trace):
     prof = load_profile(PHYS)
     config = ReplayConfig(selector="eagle3", hardware=PHYS)
     res = replay(trace, config, profile_for_trace(trace, prof))
-    plain = replay(trace, config, prof)   # the same plan, charged EAGLE-3's drafting
-    levels, n = np.asarray(res.steps["levels"]), np.asarray(res.steps["requests"])
-    assert np.array_equal(levels, np.asarray(plain.steps["levels"])) and (levels > 0).any()
-    eagle = np.asarray(plain.steps["draft_ms"])
-    served = eagle - np.array([prof.physical.draft_ms(int(lv), int(k), served=False) for lv, k in zip(levels, n)])
-    mtp = for_trace(trace)
-    want = np.array([mtp.drafting_ms(prof.physical, int(lv), int(k)) for lv, k in zip(levels, n)]) + served
-    assert np.allclose(np.asarray(res.steps["draft_ms"]), want)
-    assert not np.allclose(want, eagle)
+    plain = replay(trace, config, prof)
+    draft = np.asarray(res.steps["draft_ms"])
+    assert np.array_equal(draft, np.asarray(plain.steps["draft_ms"]))
+    levels, n, tokens = (np.asarray(res.steps[k]) for k in ("levels", "requests", "tokens"))
+    assert (levels > 0).any()
+    # the served iteration's term, as the physical model charges it (its per-token part where it has one)
+    per_token = "verified" in inspect.signature(PhysicalModel.draft_ms).parameters
+    phys, mtp = prof.physical, for_trace(trace)
+
+    def served(k, v):
+        kw = {"verified": float(v)} if per_token else {}
+        return PhysicalModel.draft_ms(phys, 1, int(k), **kw) - PhysicalModel.draft_ms(phys, 1, int(k), served=False)
+
+    want = np.array([mtp.drafting_ms(phys, int(lv), int(k)) + served(k, v) if lv > 0 else 0.0
+                     for lv, k, v in zip(levels, n, tokens)])
+    assert np.allclose(draft, want)
+    eagle = np.array([PhysicalModel.draft_ms(phys, int(lv), int(k), served=False) + served(k, v) if lv > 0 else 0.0
+                      for lv, k, v in zip(levels, n, tokens)])
+    assert not np.allclose(draft, eagle)
+
+
+def test_the_engine_refuses_another_drafter_on_a_measured_profile(mtp_trace):
+    from simmoe.errors import SimmoeError
+    from simmoe.replay.config import ReplayConfig
+    from simmoe.replay.engine import replay
+    from simmoe.trace.io import read_trace
+
+    with pytest.raises(SimmoeError, match="drafter mtp: profile a100-pcie-40gb times EAGLE-3's drafting"):
+        replay(read_trace(mtp_trace), ReplayConfig(selector="eagle3", hardware="a100-pcie-40gb"))
