@@ -522,7 +522,9 @@ def provenance_text(trace, path, requests: int | None = None) -> str:
         lines += textwrap.wrap(details, width=96, initial_indent="  ", subsequent_indent="    ")
     lines.append(f"  {_requests_text(trace, requests)}; "
                  f"{g.name or 'model ?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}")
-    lines.append(f"  pools: top-{shape.expand_topk} expansion, depth {shape.depth}, "
+    drafter = (trace.meta or {}).get("drafter") or {}
+    of = f" of drafter {drafter['name']}" if drafter.get("name") else ""
+    lines.append(f"  pools{of}: top-{shape.expand_topk} expansion, depth {shape.depth}, "
                  f"<= {shape.max_nodes} nodes, K = {shape.K}")
     return "\n".join(lines)
 
