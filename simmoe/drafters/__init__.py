@@ -77,11 +77,14 @@ def build(spec: str, params: Mapping[str, Any] | None = None) -> Any:
     """A drafter built from its parameters (their checks are the drafter's, one line each)."""
     cls = load(spec)
     try:
-        return cls(dict(params or {}))
+        drafter = cls(dict(params or {}))
     except SimmoeError:
         raise
     except Exception as exc:
         raise SimmoeError(f"drafter {spec!r}: {type(exc).__name__}: {exc}") from None
+    if ":" in spec:   # a trace records how to find it again (its name is registered nowhere)
+        drafter.spec = spec
+    return drafter
 
 
 def parse_params(items: Iterable[str] | None) -> dict[str, str]:
@@ -103,7 +106,7 @@ def trace_drafter(trace: Any) -> tuple[str, dict[str, Any]]:
     d = (trace.meta or {}).get("drafter")
     if not d:
         return DEFAULT, {}
-    return str(d.get("name", DEFAULT)), dict(d.get("params") or {})
+    return str(d.get("spec") or d.get("name", DEFAULT)), dict(d.get("params") or {})
 
 
 def for_trace(trace: Any, name: str | None = None, params: Mapping[str, Any] | None = None) -> Any:
@@ -115,7 +118,7 @@ def for_trace(trace: Any, name: str | None = None, params: Mapping[str, Any] | N
     changed the pools is refused.
     """
     own, recorded = trace_drafter(trace)
-    if name is not None and name != own:
+    if name is not None and name not in (own, (trace.meta.get("drafter") or {}).get("name", DEFAULT)):
         raise SimmoeError(f"--drafter {name}: the trace's pools were drafted by {own} (its metadata); a replay "
                           f"charges the drafter that made them (generate a trace with simmoe synth --drafter {name})")
     drafter = build(own, {**recorded, **dict(params or {})})

@@ -185,7 +185,8 @@ def generate(params: SynthParams, *, seed: int = 0, num_requests: int | None = N
     meta = _synthetic_meta(params, seed=seed, preset=preset, fitted_to=fitted_to, routes=routes,
                            with_nodes=with_nodes, index=index, subset=subset is not None, temperature=temperature)
     if level_mean is not None:   # EAGLE-3's traces stay as they were: only another drafter is named
-        meta["drafter"] = {"name": drafter.name, "params": drafter.parameters(),
+        meta["drafter"] = {"name": drafter.name, **({"spec": drafter.spec} if getattr(drafter, "spec", None) else {}),
+                           "params": drafter.parameters(),
                            "acceptance": "synthetic: the drafter's acceptance model (simmoe.drafters)"}
     requests = Requests(
         request_id=np.array([str(int(x)) for x in qids], dtype=object),

@@ -114,3 +114,21 @@ def test_the_engine_refuses_another_drafter_on_a_measured_profile(mtp_trace):
 
     with pytest.raises(SimmoeError, match="drafter mtp: profile a100-pcie-40gb times EAGLE-3's drafting"):
         replay(read_trace(mtp_trace), ReplayConfig(selector="eagle3", hardware="a100-pcie-40gb"))
+
+
+def test_a_module_name_drafter_travels_with_its_trace(tmp_path, capsys):
+    """docs/extending.md's example, named module:Name: synthesised, recorded, rebuilt by the replay."""
+    from simmoe.drafters import for_trace
+    from simmoe.trace.io import read_trace
+
+    out = tmp_path / "m.parquet"
+    assert main(["synth", "--preset", "gsm8k", "--requests", "1", "--drafter", "drafter_plugin:Medusa4",
+                 "--drafter-param", "first=0.5", "--out", str(out), "--no-progress"]) == 0
+    trace = read_trace(out)
+    assert trace.meta["drafter"]["spec"] == "drafter_plugin:Medusa4" and trace.pool_shape.depth == 4
+    d = for_trace(trace)
+    assert d.name == "medusa4" and d["first"] == 0.5
+    capsys.readouterr()
+    assert main(["replay", str(out), "--hardware", PHYS, "--selectors", "evict", "--drafter", "medusa4",
+                 "--no-progress"]) == 0
+    assert "pools of drafter medusa4" in capsys.readouterr().out
