@@ -35,6 +35,7 @@ class DrafterBase:
         if unknown:
             names = ", ".join(known) or "none"
             raise SimmoeError(f"drafter {self.name}: unknown parameter {unknown[0]!r} (its parameters: {names})")
+        self.memo: dict[Any, Any] = {}   # costs already computed (a drafter's values never change)
         self.values: dict[str, Any] = {}
         for name, typ, default, _ in self.PARAMS:
             value = given.get(name, default)

@@ -173,11 +173,14 @@ class LlamaChain(DrafterBase):
         return draft
 
     def level_ms(self, phys: Any, requests: int) -> float:
-        draft = self.draft_spec(phys.model)
-        dp = draft_model_physical(phys, draft)
         n = max(int(requests), 1)
-        u = expected_union(draft.num_experts, draft.top_k, n) if not draft.dense else 1.0
-        return float(dp.forward_ms(n, u))
+        key = (id(phys), n)
+        if key not in self.memo:   # a replay asks once per step: the catalogue is read once per model and batch
+            draft = self.draft_spec(phys.model)
+            dp = draft_model_physical(phys, draft)
+            u = expected_union(draft.num_experts, draft.top_k, n) if not draft.dense else 1.0
+            self.memo[key] = (float(dp.forward_ms(n, u)), phys)   # phys kept alive: its id stays its own
+        return self.memo[key][0]
 
     def drafting_ms(self, physical: Any, levels: int, requests: int = 1) -> float:
         return 0.0 if levels <= 0 else int(levels) * self.level_ms(physical, requests)
