@@ -14,6 +14,7 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
+from simmoe.cli.drafter_args import add_drafter_arguments, replay_profile
 from simmoe.cli.replay_cpu import default_columns, fixed_placement, regime_of  # experts on the CPU
 from simmoe.errors import SimmoeError
 from simmoe.progress import bar as progress_bar
@@ -159,11 +160,7 @@ def register(sub) -> None:
     p.add_argument("--hardware", default=None,
                    help=f"hardware profile name or path (default {DEFAULT_PROFILE}; for a trace it cannot replay, "
                         "the physical profile of the trace's model on the same GPU and link, said in one line)")
-    p.add_argument("--drafter", default=None, metavar="NAME",
-                   help="the trace's drafter, whose drafting the replay charges (default: the one its metadata "
-                        "names, else eagle3); another is refused (docs/synthetic-traces.md, Drafters)")
-    p.add_argument("--drafter-param", action="append", default=None, metavar="KEY=VALUE",
-                   help="a cost parameter of the drafter (repeatable), e.g. draft_model=NAME for llama-chain")
+    add_drafter_arguments(p, "replay")
     p.add_argument("--route-accuracy", type=float, default=1.0, metavar="A",
                    help="accuracy of the simulated route predictor the selectors see "
                         "(SpecFit §4.6); 1 = exact routes (default)")
@@ -298,9 +295,7 @@ def _setup(args) -> _Setup:
     profile, base = follow_trace(profile, trace, base, say=lambda s: print(f"simmoe replay: {s}",
                                                                                   file=sys.stderr))
     check_profile_model(trace.geometry, profile, base.hardware)
-    from simmoe.drafters import parse_params, profile_for_trace
-
-    profile = profile_for_trace(trace, profile, args.drafter, parse_params(args.drafter_param))
+    profile = replay_profile(trace, profile, args)   # drafting as the trace's drafter drafts
     from simmoe.cli.checks import cache_budget
 
     base = replace(base, cache_budget=cache_budget(args.cache_experts, args.cache_mib, trace, cache=base.cache,
@@ -522,8 +517,7 @@ def provenance_text(trace, path, requests: int | None = None) -> str:
         lines += textwrap.wrap(details, width=96, initial_indent="  ", subsequent_indent="    ")
     lines.append(f"  {_requests_text(trace, requests)}; "
                  f"{g.name or 'model ?'}: {g.num_layers} layers x {g.num_experts} experts, top-{g.top_k}")
-    drafter = (trace.meta or {}).get("drafter") or {}
-    of = f" of drafter {drafter['name']}" if drafter.get("name") else ""
+    of = f" of drafter {trace.meta['drafter']['name']}" if (trace.meta or {}).get("drafter") else ""
     lines.append(f"  pools{of}: top-{shape.expand_topk} expansion, depth {shape.depth}, "
                  f"<= {shape.max_nodes} nodes, K = {shape.K}")
     return "\n".join(lines)

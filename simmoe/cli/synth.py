@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+from simmoe.cli.drafter_args import add_drafter_arguments
 from simmoe.errors import SimmoeError
 
 # flag -> (SynthParams field, type, help)
@@ -79,12 +80,7 @@ def register(sub) -> None:
                    help="T > 0: add the target's distributions at temperature T per pool node (schema "
                         "version 2; simmoe.synth.sampling), for `simmoe replay --temperature T`; the pools, "
                         "text and greedy agreement are those of temperature 0 (default 0)")
-    p.add_argument("--drafter", default=None, metavar="NAME",
-                   help="the drafter whose pools the trace holds: eagle3 (default: the presets' EAGLE-3 tree), mtp, "
-                        "llama-chain, dflash, or module:Name (docs/synthetic-traces.md, Drafters); named in the "
-                        "trace's metadata, so a replay charges its drafting")
-    p.add_argument("--drafter-param", action="append", default=None, metavar="KEY=VALUE",
-                   help="a drafter parameter (repeatable), e.g. heads=2 for mtp, draft_max=8 for llama-chain")
+    add_drafter_arguments(p, "synth")
     p.add_argument("--out", metavar="PATH", help="trace file to write (.parquet)")
     p.add_argument("--json", metavar="FILE",
                    help="write a JSON summary (provenance, sizes, workload statistics) "
