@@ -13,7 +13,7 @@ docs/solvers.md.
 * :func:`max_closure`, :func:`largest_ratio` — no size limit, by min cut (App. A.3).
 * :func:`dinkelbach` — λ* across cycle states (App. A.1).
 * :class:`RoutedPool`, :class:`CpuCostModel`, :func:`select_exact_cpu`,
-  :func:`select_max_linear_cpu`, :func:`cpu_dinkelbach` — the same with experts
+  :func:`select_max_linear_cpu`, :func:`select_marginal_cpu`, :func:`cpu_dinkelbach` — the same with experts
   computed on the CPU (T = b_|S| + Σ over the union of max(r, g·n)).
 * :func:`clique_instance` — Proposition 2's reduction.
 * :func:`preload` — import now what the exact methods import on first use (before a
@@ -25,7 +25,12 @@ from solvers.canonical import preload
 from solvers.closure import affine_approximation, largest_ratio, max_closure
 from solvers.cost import CostModel, Selection, evaluate
 from solvers.cpu_cost import CpuCostModel, RoutedPool, cpu_evaluate
-from solvers.cpu_exact import cpu_dinkelbach, select_exact_cpu, select_max_linear_cpu
+from solvers.cpu_exact import (
+    cpu_dinkelbach,
+    select_exact_cpu,
+    select_marginal_cpu,
+    select_max_linear_cpu,
+)
 from solvers.dinkelbach import DinkelbachResult, closure_oracle, dinkelbach, exact_oracle
 from solvers.errors import InvalidInput
 from solvers.exact import select_exact, select_marginal, select_max_linear
@@ -39,5 +44,5 @@ __all__ = [
     "DinkelbachResult", "dinkelbach", "exact_oracle", "closure_oracle",
     "CliqueInstance", "clique_instance", "reaches_threshold", "has_clique", "preload",
     "RoutedPool", "CpuCostModel", "cpu_evaluate", "select_exact_cpu", "select_max_linear_cpu",
-    "cpu_dinkelbach",
+    "select_marginal_cpu", "cpu_dinkelbach",
 ]

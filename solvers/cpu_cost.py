@@ -32,7 +32,7 @@ from solvers.cost import CostModel, Selection
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
-__all__ = ["RoutedPool", "CpuCostModel", "CpuView", "cpu_view", "cpu_evaluate"]
+__all__ = ["RoutedPool", "CpuCostModel", "CpuView", "cpu_view", "cpu_evaluate", "forward_tokens"]
 
 
 class RoutedPool:
@@ -209,20 +209,24 @@ class CpuView:
     """
 
     __slots__ = ("pool", "cpu_pool", "b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders",
-                 "idx", "node_idx", "alone", "credit", "gamma", "gamma0", "c0")
+                 "base", "start", "base_cost", "idx", "node_idx", "alone", "credit", "gamma",
+                 "gamma0", "c0", "paid")
 
-    def __init__(self, rpool: RoutedPool, cost: CpuCostModel):
+    def __init__(self, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None):
         pool = rpool.pool
         L, N = pool.num_layers, pool.num_experts
         r_all, g_all, cpu = cost.rates(L, N)
         self.pool, self.b = pool, cost.b
-        self.cpu_pool = pool if cpu.all() else pool.with_free(~cpu.reshape(L, N))
+        # the pairs F does not count: the GPU's, and those the rest of the forward uses
+        paid = ~cpu if tokens is None else ~cpu | (tokens > 0)
+        self.paid = paid
+        self.cpu_pool = pool.with_free(paid.reshape(L, N)) if paid.any() else pool
         priced = (r_all > 0) | (g_all > 0)
         used = np.zeros(L * N, dtype=bool)
         used[rpool.root_pairs] = True
         used[rpool.pairs] = True
         #: CPU pairs the pool uses that cost nothing (counted in F all the same)
-        self.free_cpu = int(np.count_nonzero(used & cpu & ~priced))
+        self.free_cpu = int(np.count_nonzero(used & ~paid & ~priced))
         keep = np.flatnonzero(used & priced)
         dense = np.full(L * N, -1, dtype=np.int64)
         dense[keep] = np.arange(keep.size)
@@ -230,6 +234,9 @@ class CpuView:
         self.root_counts = np.zeros(keep.size, dtype=np.int64)
         rp = dense[rpool.root_pairs]
         self.root_counts[rp[rp >= 0]] = 1
+        self.base = np.zeros(keep.size, dtype=np.int64) if tokens is None else tokens[keep]
+        self.start = self.base + self.root_counts
+        self.base_cost = self._cost(self.base)
         # every node's priced pairs, node after node (CSR)
         d_all = dense[rpool.pairs]
         on = d_all >= 0
@@ -238,35 +245,46 @@ class CpuView:
         self.holders = np.bincount(d, minlength=keep.size).astype(np.int64)
         self.node_idx: tuple[np.ndarray, ...] = tuple(np.split(
             d, np.searchsorted(owner, np.arange(1, pool.n))))
-        first_c = np.maximum(self.r, self.g)                     # c(1)
-        second = np.maximum(self.r, 2.0 * self.g) - first_c      # c(2) − c(1)
+        # steps of c past the rest of the forward's m tokens: the first, c(m+1) − c(m), and
+        # the smallest of any later one: c(2) − c(1) when m = 0, else the first (c is convex
+        # from n = 1 on, so its steps only grow there)
+        m = self.base
+        step1 = self._cost(m + 1) - self.base_cost
+        later = np.where(m > 0, step1, self._cost(m + 2) - self._cost(m + 1))
+        # per token, at least g when m = 0 (c(n) >= g·n), else the first step (convexity)
+        per_token = np.where(m > 0, step1, self.g)
         solo = (self.holders[d] == 1) & (self.root_counts[d] == 0)
-        # the pairs v holds first in id order (none held by the root) cost c(1) when v is
-        # added in id order; any other pair at least c(2) − c(1), the smallest later step
+        # the pairs v holds first in id order (none held by the root) cost the first step
+        # when v is added in id order; any other pair at least the smallest later step
         fresh = np.zeros(d.size, dtype=bool)
         fresh[np.unique(d, return_index=True)[1]] = True
         fresh &= self.root_counts[d] == 0
         shared = ~solo
         self.idx: tuple[np.ndarray, ...] = tuple(np.split(
             d[shared], np.searchsorted(owner[shared], np.arange(1, pool.n))))
-        self.alone = _per_node(np.where(solo, first_c[d], 0.0), owner, pool.n)
-        self.credit = _per_node(np.where(fresh, first_c[d], second[d]), owner, pool.n)
-        self.gamma = _per_node(self.g[d], owner, pool.n)
-        self.gamma0 = float(self.g[self.root_counts > 0].sum())
+        self.alone = _per_node(np.where(solo, step1[d], 0.0), owner, pool.n)
+        self.credit = _per_node(np.where(fresh, step1[d], later[d]), owner, pool.n)
+        self.gamma = _per_node(per_token[d], owner, pool.n)
+        self.gamma0 = float(per_token[self.root_counts > 0].sum())
         self.c0 = self.cpu_time(())
 
+    def _cost(self, n: np.ndarray) -> np.ndarray:
+        """c(n) = max(r, g·n) per priced pair, 0 where n = 0."""
+        return np.where(n > 0, np.maximum(self.r, self.g * n), 0.0)
+
     def counts(self, nodes: Iterable[int]) -> np.ndarray:
-        """n_e per priced pair for the root plus ``nodes``."""
-        c = self.root_counts.copy()
+        """n_e per priced pair: the rest of the forward's tokens, the root's and ``nodes``'."""
+        c = self.start.copy()
         for v in nodes:
             c[self.node_idx[v]] += 1
         return c
 
     def cpu_time(self, nodes: Iterable[int]) -> float:
-        """Σ over the union's priced pairs of max(r, g·n), canonically (math.fsum)."""
+        """Σ over the union's priced pairs of c(m + n) − c(m), m the rest of the forward's
+        tokens (0 alone: c(n)), each difference rounded once, summed by math.fsum."""
         c = self.counts(nodes)
-        on = c > 0
-        return math.fsum(np.maximum(self.r[on], self.g[on] * c[on]).tolist())
+        on = c > self.base
+        return math.fsum((np.maximum(self.r[on], self.g[on] * c[on]) - self.base_cost[on]).tolist())
 
     def terms(self, nodes: tuple[int, ...]) -> tuple[float, int, float]:
         """R̂, F (CPU pairs) and T of an ascending legal ``nodes``, canonically."""
@@ -287,18 +305,36 @@ def _per_node(values: np.ndarray, owner: np.ndarray, n: int) -> tuple[float, ...
     return tuple(np.bincount(owner, weights=values, minlength=n).tolist())
 
 
-def cpu_view(rpool: RoutedPool, cost: CpuCostModel) -> CpuView:
-    """The :class:`CpuView` of ``rpool`` and ``cost``, cached on the pool."""
+def cpu_view(rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None) -> CpuView:
+    """The :class:`CpuView` of ``rpool`` and ``cost`` (``tokens``: the rest of the forward's
+    token counts per flat pair, int64 [L·N], or None), cached on the pool."""
     if not isinstance(rpool, RoutedPool):
         raise InvalidInput(f"pool must be a RoutedPool, got {type(rpool).__name__}")
     if not isinstance(cost, CpuCostModel):
         raise InvalidInput(f"cost must be a CpuCostModel, got {type(cost).__name__}")
-    view = rpool._cache.get(cost)
+    key = (cost, None if tokens is None else tokens.tobytes())
+    view = rpool._cache.get(key)
     if view is None:
         if len(rpool._cache) > 8:       # a pool lives one cycle: a few cost models at most
             rpool._cache.clear()
-        view = rpool._cache[cost] = CpuView(rpool, cost)
+        view = rpool._cache[key] = CpuView(rpool, cost, tokens)
     return view
+
+
+def forward_tokens(rpool: RoutedPool, tokens) -> np.ndarray:
+    """``tokens`` — the tokens the rest of the forward routes to each expert, ints >= 0 [L, N]
+    — as int64 [L·N] (InvalidInput for another shape, a negative or non-integer count)."""
+    L, N = rpool.pool.num_layers, rpool.pool.num_experts
+    try:
+        arr = np.asarray(tokens)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"tokens must be an integer array [{L}, {N}]") from None
+    if arr.shape != (L, N):
+        raise InvalidInput(f"tokens has shape {arr.shape}: give one count per expert ({L}, {N})")
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or \
+            not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 0):
+        raise InvalidInput("tokens must hold whole counts >= 0")
+    return arr.astype(np.int64).reshape(-1)
 
 
 def cpu_evaluate(rpool: RoutedPool, nodes: Iterable[int], cost: CpuCostModel) -> Selection:

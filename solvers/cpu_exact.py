@@ -58,13 +58,21 @@ import numpy as np
 
 from solvers.canonical import BRANCH_AND_BOUND, REL_TOL, beats, check_lam, search_view
 from solvers.cost import CostModel, Selection, check_time_limit
-from solvers.cpu_cost import CpuCostModel, CpuView, RoutedPool, cpu_evaluate, cpu_view
+from solvers.cpu_cost import (
+    CpuCostModel,
+    CpuView,
+    RoutedPool,
+    cpu_evaluate,
+    cpu_view,
+    forward_tokens,
+)
 from solvers.dinkelbach import DinkelbachResult
 from solvers.errors import InvalidInput
 from solvers.exact import select_exact, select_max_linear
 from solvers.pool import Pool
 
-__all__ = ["select_exact_cpu", "select_max_linear_cpu", "specfit_relaxation", "cpu_dinkelbach"]
+__all__ = ["select_exact_cpu", "select_max_linear_cpu", "select_marginal_cpu", "specfit_relaxation",
+           "cpu_dinkelbach"]
 
 _SPECFIT_PATH = True      # SpecFit-equivalent costs answered by select_exact's portfolio
 _CHECK_EVERY = 16         # states between two looks at the clock
@@ -81,43 +89,49 @@ def _check_K(rpool: RoutedPool, K, cost: CpuCostModel) -> int:
     K = int(K)
     if K < 0:
         raise InvalidInput(f"K = {K}: the size limit must be >= 0")
-    cpu_view(rpool, cost)        # checks the types and the rates' shapes
+    if not isinstance(rpool, RoutedPool):
+        raise InvalidInput(f"pool must be a RoutedPool, got {type(rpool).__name__}")
+    if not isinstance(cost, CpuCostModel):
+        raise InvalidInput(f"cost must be a CpuCostModel, got {type(cost).__name__}")
+    cost.rates(rpool.pool.num_layers, rpool.pool.num_experts)     # checks the rates' shapes
     if len(cost.b) < K + 1:
         raise InvalidInput(f"b has {len(cost.b)} intercepts but K = {K} needs {K + 1} "
                            f"(b[0]..b[{K}])")
     return min(K, rpool.n)
 
 
-def specfit_relaxation(rpool: RoutedPool, K: int,
-                       cost: CpuCostModel) -> tuple[Pool, CostModel, bool] | None:
+def specfit_relaxation(rpool: RoutedPool, K: int, cost: CpuCostModel,
+                       tokens: np.ndarray | None = None) -> tuple[Pool, CostModel, bool] | None:
     """(pool, CostModel, equivalent) with Eq. 4's T̂ <= this cost's T on every S in A_K; None
     where no such T̂ says anything (an expert on the CPU that costs nothing).
 
-    T̂ = b + β·F on the pool with the GPU's pairs free, β the smallest c(1) = max(r, g) of
-    the CPU's experts the pool uses: every CPU pair of the union costs at least β, the
-    GPU's at least 0.  ``equivalent``: T̂ = T on all of A_K — every priced pair on the CPU
-    at the one read time β, and every pair's possible token count (the root, and at most
-    K of its holders) within r/g, so that none is ever compute-bound.
+    T̂ = b + β·F on the pool whose paid pairs are free (the GPU's, and those the rest of
+    the forward uses: ``tokens``, :func:`solvers.cpu_cost.forward_tokens`), β the smallest
+    first step c(1) = max(r, g) of the other CPU pairs the pool uses: each costs at least
+    β, a paid one at least 0.  ``equivalent``: T̂ = T on all of A_K — every priced pair
+    either counted at the one read time β or paid, and every pair's possible token count
+    (the rest of the forward's, the root, and at most K of its holders) within r/g, so
+    that none is ever compute-bound.
     """
-    view = cpu_view(rpool, cost)
+    view = cpu_view(rpool, cost, tokens)
     if view.r.size == 0:        # nothing priced: T = b, Eq. 4 with β = 0
         return view.cpu_pool, CostModel(cost.b, 0.0), True
-    first = np.maximum(view.r, view.g)[view.on_cpu]
+    counted = view.on_cpu & (view.base == 0)
+    first = np.maximum(view.r, view.g)[counted]
     if view.free_cpu or not first.size:
         return None
     beta = float(first.min())
-    reach = view.root_counts + np.minimum(view.holders, min(K, rpool.n))
-    equivalent = bool(view.on_cpu.all() and np.all(view.r == beta)
-                      and np.all(view.g * reach <= view.r))
+    reach = view.start + np.minimum(view.holders, min(K, rpool.n))
+    flat = view.g * reach <= view.r
+    equivalent = bool(np.all(flat & (view.base > 0) | flat & counted & (view.r == beta)))
     return view.cpu_pool, CostModel(cost.b, beta), equivalent
 
 
-def _mostly_read_bound(rpool: RoutedPool, cost: CpuCostModel) -> bool:
+def _mostly_read_bound(view: CpuView) -> bool:
     """Whether two tokens on one expert still cost its read time (2g <= r on every pair): the
     relaxation's optimum is then often exact, and its bounds strong; otherwise shared
     experts are compute-bound and trying it first cost more than it saved
     (benchmarks/bench_solvers_cpu.py)."""
-    view = cpu_view(rpool, cost)
     return bool(np.all(2.0 * view.g <= view.r))
 
 
@@ -143,7 +157,7 @@ def _first(view: CpuView, K: int, lam: float | None, start: tuple[int, ...] | No
     pool = view.pool
     if K == 0:
         return inc
-    counts = view.root_counts.copy()
+    counts = view.start.copy()
     r, g = view.r, view.g
     present, c, rs, picked = 1, view.c0, 1.0, []
     best_q, best_s = inc[0], 0
@@ -222,10 +236,10 @@ class _Relaxed:
     #: |S| <= 3 left 3 of 12 over 2 s)
     MIN_NODES = 16
 
-    def __init__(self, rpool: RoutedPool, view: CpuView, r: float, on_cpu: np.ndarray):
+    def __init__(self, rpool: RoutedPool, view: CpuView, r: float):
         pool = rpool.pool
         self.rpool, self.view, self.r = rpool, view, r
-        self.paid = ~on_cpu                         # the GPU's (free) and the root's
+        self.paid = view.paid.copy()                # the view's paid pairs, and the root's
         self.paid[rpool.root_pairs] = True
         kids = search_view(pool).children
         size = [1] * pool.n
@@ -277,7 +291,7 @@ class _Search:
         self.relaxed = relaxed if lam is None else None
         self.sv = search_view(view.pool)
         self.bmin = [min(view.b[s + 1:K + 1]) for s in range(K)]
-        self.counts = view.root_counts.copy()
+        self.counts = view.start.copy()
         self.lam = inc[0] if lam is None else lam
         self.target = 0.0 if lam is None else inc[0]
         self.vals = _values(view, self.lam)
@@ -437,18 +451,14 @@ def _upper(view: CpuView, K: int, lam: float | None, inc: list) -> float:
     return max(inc[0], hi * (1.0 + margin))
 
 
-def _solve(rpool: RoutedPool, K: int, cost: CpuCostModel, lam: float | None,
+def _solve(rpool: RoutedPool, view: CpuView, K: int, lam: float | None,
            start: tuple[int, ...] | None, deadline: float | None,
            read: float | None = None) -> Selection:
-    """The branch and bound from the best first incumbent; ``read``: the one read time of
-    Eq. 4's relaxation, where it exists (the large branches are then bounded by it)."""
-    view = cpu_view(rpool, cost)
+    """The branch and bound from the best first incumbent; ``read``: β of Eq. 4's
+    relaxation, where it exists (the large branches are then bounded by it)."""
     inc = _first(view, K, lam, start)
     if K > 0 and rpool.n > 0:
-        relaxed = None
-        if read is not None and _RELAX_BRANCHES:
-            relaxed = _Relaxed(rpool, view, read, cost.rates(rpool.pool.num_layers,
-                                                             rpool.pool.num_experts)[2])
+        relaxed = _Relaxed(rpool, view, read) if read is not None and _RELAX_BRANCHES else None
         try:
             _Search(view, K, lam, inc, deadline, relaxed).run()
         except _Stop:
@@ -469,31 +479,7 @@ def select_exact_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, *, start=Non
     ``upper_bound`` a certified bound on the optimal ratio."""
     t0 = time.perf_counter()
     K = _check_K(rpool, K, cost)
-    limit = check_time_limit(time_limit)
-    deadline = None if limit is None else t0 + limit
-    first = None
-    if start is not None:
-        first = cpu_evaluate(rpool, start, cost).nodes
-        if len(first) > K:
-            raise InvalidInput(f"start has {len(first)} nodes, more than K = {K}")
-    relax = specfit_relaxation(rpool, K, cost) if _SPECFIT_PATH else None
-    if relax is None or not (relax[2] or _mostly_read_bound(rpool, cost)):
-        return _solve(rpool, K, cost, None, first, deadline)
-    pool, spec, equivalent = relax
-    sel = select_exact(pool, K, spec, start=first or None, time_limit=_left(deadline))
-    if equivalent:
-        return sel
-    view = cpu_view(rpool, cost)
-    if sel.exact and view.terms(sel.nodes)[2] == sel.time:
-        # T >= T̂ on every set and equal on this one: its ratio is the relaxation's optimum,
-        # and every set that ties with it ties under Eq. 4 too, where it wins the tie rule
-        return sel
-    # the relaxation's optimum starts the search, and its bound caps a stopped one's
-    cap = sel.upper_bound if sel.upper_bound is not None else math.inf
-    out = _solve(rpool, K, cost, None, sel.nodes, deadline, spec.beta)
-    if not out.exact and out.upper_bound is not None and cap < out.upper_bound:
-        out.__dict__["upper_bound"] = max(cap, out.ratio)
-    return out
+    return _ratio(rpool, K, cost, None, start, _deadline(t0, time_limit))
 
 
 def select_max_linear_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, lam: float, *,
@@ -502,13 +488,69 @@ def select_max_linear_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, lam: fl
     smaller F, fewer nodes, smaller ids); ``upper_bound`` bounds the value."""
     t0 = time.perf_counter()
     K = _check_K(rpool, K, cost)
-    lam_f = check_lam(lam)
+    return _linear(rpool, K, cost, None, check_lam(lam), _deadline(t0, time_limit))
+
+
+def select_marginal_cpu(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens, *,
+                        lam: float | None = None, start=None,
+                        time_limit: float | None = None) -> Selection:
+    """Eq. 5 (or, with ``lam``, argmax R̂ − λT) for one request of a batched forward.
+
+    ``tokens``: the tokens the rest of the forward (the other requests' roots and
+    selections) routes to each expert, ints >= 0 [L, N].  An expert e they route m_e
+    tokens to costs this request c(m_e + n_e) − c(m_e) (each difference rounded once,
+    summed by ``math.fsum``), and counts in F only when m_e = 0 (as the free pairs of
+    :func:`solvers.select_marginal`).  Pass intercepts for the batch's forward.  Otherwise
+    as :func:`select_exact_cpu` / :func:`select_max_linear_cpu`; all zeros is the same.
+    """
+    t0 = time.perf_counter()
+    K = _check_K(rpool, K, cost)
+    base = forward_tokens(rpool, tokens)
+    if lam is None:
+        return _ratio(rpool, K, cost, base, start, _deadline(t0, time_limit))
+    if start is not None:
+        raise InvalidInput("start is only used by the ratio selection (lam=None)")
+    return _linear(rpool, K, cost, base, check_lam(lam), _deadline(t0, time_limit))
+
+
+def _deadline(t0: float, time_limit) -> float | None:
     limit = check_time_limit(time_limit)
-    deadline = None if limit is None else t0 + limit
-    relax = specfit_relaxation(rpool, K, cost) if _SPECFIT_PATH else None
+    return None if limit is None else t0 + limit
+
+
+def _ratio(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens: np.ndarray | None, start,
+           deadline: float | None) -> Selection:
+    first = None
+    if start is not None:
+        first = cpu_evaluate(rpool, start, cost).nodes
+        if len(first) > K:
+            raise InvalidInput(f"start has {len(first)} nodes, more than K = {K}")
+    view = cpu_view(rpool, cost, tokens)
+    relax = specfit_relaxation(rpool, K, cost, tokens) if _SPECFIT_PATH else None
+    if relax is None or not (relax[2] or _mostly_read_bound(view)):
+        return _solve(rpool, view, K, None, first, deadline)
+    pool, spec, equivalent = relax
+    sel = select_exact(pool, K, spec, start=first or None, time_limit=_left(deadline))
+    if equivalent:
+        return sel
+    if sel.exact and view.terms(sel.nodes)[2] == sel.time:
+        # T >= T̂ on every set and equal on this one: its ratio is the relaxation's optimum,
+        # and every set that ties with it ties under Eq. 4 too, where it wins the tie rule
+        return sel
+    # the relaxation's optimum starts the search, and its bound caps a stopped one's
+    cap = sel.upper_bound if sel.upper_bound is not None else math.inf
+    out = _solve(rpool, view, K, None, sel.nodes, deadline, spec.beta)
+    if not out.exact and out.upper_bound is not None and cap < out.upper_bound:
+        out.__dict__["upper_bound"] = max(cap, out.ratio)
+    return out
+
+
+def _linear(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens: np.ndarray | None,
+            lam: float, deadline: float | None) -> Selection:
+    relax = specfit_relaxation(rpool, K, cost, tokens) if _SPECFIT_PATH else None
     if relax is not None and relax[2]:
-        return select_max_linear(relax[0], K, relax[1], lam_f, time_limit=_left(deadline))
-    return _solve(rpool, K, cost, lam_f, None, deadline)
+        return select_max_linear(relax[0], K, relax[1], lam, time_limit=_left(deadline))
+    return _solve(rpool, cpu_view(rpool, cost, tokens), K, lam, None, deadline)
 
 
 def cpu_dinkelbach(states: Sequence, *, tol: float = 1e-12,

@@ -19,23 +19,31 @@ from solvers.cpu_cost import CpuCostModel, RoutedPool, cpu_evaluate
 from solvers.cpu_exact import (
     cpu_dinkelbach,
     select_exact_cpu,
+    select_marginal_cpu,
     select_max_linear_cpu,
     specfit_relaxation,
 )
 from solvers.random_pools import random_routes, random_tree_shape
 
 
-def priced(raw: RawPool, combo, b, read, compute, on_cpu):
+def priced(raw: RawPool, combo, b, read, compute, on_cpu, others=None):
     """(R̂, F, T) of a set from the raw routes: token counts per (layer, expert) with Python
-    dicts, each pair max(r, g·n), summed with math.fsum (the canonical sum)."""
+    dicts, each pair max(r, g·n), summed with math.fsum (the canonical sum).  ``others``:
+    the rest of the forward's tokens [L, N]: a pair then costs c(m + n) − c(m) and counts
+    in F only when m = 0."""
     L = raw.root.shape[0]
     counts: dict = {}
     for route in [raw.root] + [raw.nodes[v] for v in combo]:
         for layer in range(L):
             for e in set(int(x) for x in route[layer]):
                 counts[layer, e] = counts.get((layer, e), 0) + 1
-    f = sum(1 for pair in counts if on_cpu[pair])
-    cpu = math.fsum(max(read[pair], compute[pair] * n) for pair, n in counts.items()
+    m = (lambda pair: 0) if others is None else (lambda pair: int(others[pair]))
+
+    def c(pair, n):
+        return max(read[pair], compute[pair] * n) if n else 0.0
+
+    f = sum(1 for pair in counts if on_cpu[pair] and m(pair) == 0)
+    cpu = math.fsum(c(pair, m(pair) + n) - c(pair, m(pair)) for pair, n in counts.items()
                     if read[pair] > 0 or compute[pair] > 0)
     r = 1.0
     for v in combo:
@@ -43,11 +51,11 @@ def priced(raw: RawPool, combo, b, read, compute, on_cpu):
     return r, f, float(b[len(combo)]) + cpu
 
 
-def brute(raw: RawPool, K: int, b, read, compute, on_cpu, lam=None):
+def brute(raw: RawPool, K: int, b, read, compute, on_cpu, lam=None, others=None):
     """(nodes, R̂, F, T) of the tie-rule winner of Eq. 5 (or of R̂ − λT) over A_K."""
     best = None
     for combo in legal_sets(raw, K):
-        r, f, t = priced(raw, combo, b, read, compute, on_cpu)
+        r, f, t = priced(raw, combo, b, read, compute, on_cpu, others)
         key = (r / t if lam is None else r - lam * t, r, -f, -len(combo))
         if best is None or key > best[0] or (key == best[0] and combo < best[1]):
             best = (key, combo, r, f, t)
@@ -163,6 +171,39 @@ def test_linear_equals_brute_force(relax, data):
     assert sel.reward - lam * sel.time == rr - lam * t
 
 
+@BOTH
+@settings(deadline=None)
+@given(st.data())
+def test_marginal_equals_brute_force(relax, data):
+    # the rest of a batched forward routes m tokens to some experts: this request pays
+    # c(m + n) − c(m) for them, and they do not count in F
+    raw = data.draw(st.one_of(raw_pools(max_nodes=8), tie_pools(max_nodes=10)))
+    K = data.draw(st.integers(0, 5))
+    L, N = raw.root.shape[0], raw.N
+    b, r, g, cpu, cost = data.draw(cpu_costs(L, N, K))
+    others = np.array([[data.draw(st.sampled_from([0, 0, 1, 2, 5])) for _ in range(N)]
+                       for _ in range(L)])
+    lam = data.draw(st.one_of(st.none(), st.floats(0.0, 3.0)))
+    with way(relax):
+        sel = select_marginal_cpu(routed(raw), K, cost, others, lam=lam)
+    ref = brute(raw, K, b, r, g, cpu, lam, others)
+    if lam is None:
+        check(sel, ref)
+    else:
+        assert sel.nodes == ref[0]
+        assert sel.reward - lam * sel.time == ref[1] - lam * ref[3]
+
+
+def test_marginal_without_other_tokens_is_the_plain_selection():
+    rp = _shaped(2, 40)
+    cost = CpuCostModel([5.0 + 0.2 * j for j in range(17)], 0.05, 0.03,
+                        on_cpu=np.arange(8) < 5)
+    zeros = np.zeros((8, 32), dtype=np.int64)
+    assert select_marginal_cpu(rp, 16, cost, zeros) == select_exact_cpu(rp, 16, cost)
+    assert select_marginal_cpu(rp, 16, cost, zeros, lam=0.1) == \
+        select_max_linear_cpu(rp, 16, cost, 0.1)
+
+
 @settings(deadline=None)
 @given(st.data())
 def test_evaluate_prices_every_subtree_like_the_brute_force(data):
@@ -215,15 +256,21 @@ def test_branches_bounded_by_the_relaxation(data):
     on_cpu = None if data.draw(st.booleans()) else np.arange(L) % 2 == 0
     cpu = np.ones((L, N), dtype=bool) if on_cpu is None else np.repeat(on_cpu[:, None], N, 1)
     cost = CpuCostModel(b, r, g, on_cpu=on_cpu)
+    others = None       # or a batch's other tokens, paid in the relaxation
+    if data.draw(st.booleans()):
+        others = np.array([[data.draw(st.sampled_from([0, 0, 1, 3])) for _ in range(N)]
+                           for _ in range(L)])
     saved = cpu_exact._Relaxed.MIN_NODES
     cpu_exact._Relaxed.MIN_NODES = 1
     try:
-        sel = select_exact_cpu(routed(raw), K, cost)
+        sel = select_exact_cpu(routed(raw), K, cost) if others is None else \
+            select_marginal_cpu(routed(raw), K, cost, others)
     finally:
         cpu_exact._Relaxed.MIN_NODES = saved
     r_full = np.broadcast_to(np.asarray(r, dtype=float).reshape(-1, 1), (L, N)) \
         if np.ndim(r) else np.full((L, N), r)
-    check(sel, brute(raw, K, b, np.where(cpu, r_full, 0.0), np.where(cpu, g, 0.0), cpu))
+    check(sel, brute(raw, K, b, np.where(cpu, r_full, 0.0), np.where(cpu, g, 0.0), cpu,
+                     others=others))
 
 
 def test_relaxation_is_a_lower_bound_and_says_where_it_is_exact():
@@ -348,3 +395,11 @@ def test_bad_shapes_and_arguments_are_refused():
         select_exact_cpu(rp, 1, cost, time_limit=0)
     with pytest.raises(InvalidInput, match="state 0"):
         cpu_dinkelbach([(rp, 1)])
+    with pytest.raises(InvalidInput, match="tokens has shape"):
+        select_marginal_cpu(rp, 1, cost, np.zeros((2, 2), dtype=int))
+    with pytest.raises(InvalidInput, match="whole counts"):
+        select_marginal_cpu(rp, 1, cost, np.full((8, 32), -1))
+    with pytest.raises(InvalidInput, match="whole counts"):
+        select_marginal_cpu(rp, 1, cost, np.full((8, 32), 0.5))
+    with pytest.raises(InvalidInput, match="start is only used"):
+        select_marginal_cpu(rp, 1, cost, np.zeros((8, 32), dtype=int), lam=0.5, start=[0])
