@@ -37,8 +37,8 @@ GPU_ = GPU("g", "G", hbm_gbps=100.0, memory_gb=8.0, bf16_tflops=1.0, fp8_tflops=
 
 
 def toy_forward(placement: str, *, engine="llamacpp", sockets=1, eta_cpu=0.5, link_gbps=10.0, sync_ms=0.01,
-                cpu=None) -> CpuForward:
-    gpu = PhysicalModel(toy_model(), GPU_, overheads=Overheads(efficiency=1.0, compute_efficiency=0.5))
+                cpu=None, gpu=None) -> CpuForward:
+    gpu = PhysicalModel(toy_model(), gpu or GPU_, overheads=Overheads(efficiency=1.0, compute_efficiency=0.5))
     terms = CpuTerms(mem_efficiency=0.5, compute_efficiency=eta_cpu, sync_ms=sync_ms, gpu_efficiency=1.0)
     place = parse_placement(placement)
     assert place is not None

@@ -165,11 +165,19 @@ class CpuForward:
         S = int(cpu.sockets)
         self.sockets = S
         self.socket_starts = (np.arange(S) * self.N + S - 1) // S   # socket s holds ids [start_s, start_s+1)
+        self.socket_of = np.searchsorted(self.socket_starts, np.arange(self.N), side="right") - 1
         self.isa = self._isa()
         self.cpu_bw = cpu.dram_gbps_per_socket * 1e9 * terms.mem_efficiency          # B/s per socket
         self.cpu_peak = cpu.isa_peak(self.isa) / S * 1e9 * terms.compute_efficiency   # OP/s per socket
         self.link_bw = link.gbps * 1e9
         self.roundtrip_ms = 2.0 * m.hidden_size * self.act_bytes / self.link_bw * 1e3   # per token
+        self.read_ms = self.E / self.cpu_bw * 1e3               # one CPU expert's DRAM read, per MoE layer
+        self.token_ms = 2.0 * self.P / self.cpu_peak * 1e3      # its compute per token routed to it
+        self.pair_flops = 2.0 * self.P / gpu.tp                  # a GPU expert's flops per token routed to it
+        self.all_moe = len(gpu.moe_index) == len(self.w_bytes)
+        # up to this many tokens per expert every CPU expert is bound by its DRAM read, whatever n_e is: a
+        # replay step that verifies no more tokens needs no n_e unless the GPU part is compute-bound
+        self.membound_tokens = float(np.min(self.read_ms / self.token_ms)) if self.L_moe else 0.0
 
     def _isa(self) -> str:
         isas = INT_ISAS if self.fmt.gguf and self.fmt.key not in ("bf16", "f16", "f32") else FLOAT_ISAS
@@ -190,6 +198,17 @@ class CpuForward:
         """One expert's copy over the link, ms per MoE layer (Fiddler's alternative to computing it)."""
         return self.E / self.link_bw * 1e3
 
+    def sparse_expert_ms(self, layers: np.ndarray, n_e: np.ndarray) -> np.ndarray:
+        """c_e of CPU experts given one by one: their MoE layers and tokens (each > 0)."""
+        return np.maximum(self.read_ms[layers], n_e * self.token_ms)
+
+    def sparse_layer_ms(self, layers: np.ndarray, experts: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """C_ℓ from experts given one by one (:meth:`sparse_expert_ms`): the slowest socket's sum per layer."""
+        if self.sockets == 1:
+            return np.bincount(layers, weights=t, minlength=self.L_moe)
+        key = layers * self.sockets + self.socket_of[experts]
+        return np.bincount(key, weights=t, minlength=self.L_moe * self.sockets).reshape(-1, self.sockets).max(1)
+
     def socket_sums(self, t: np.ndarray) -> np.ndarray:
         """C_ℓ: the slowest socket's sum of its experts' times ``[L_moe, N]`` -> ``[L_moe]``."""
         if self.sockets == 1:
@@ -198,8 +217,9 @@ class CpuForward:
 
     # -- one forward ------------------------------------------------------------
     def forward_parts(self, n_tokens: float, gpu_experts, gpu_tokens, cpu_ms, cpu_layers, copy_ms=0.0,
-                      kv_tokens: float = 0.0, pairs: float = 0.0, requests: int = 1) -> tuple[float, float, float]:
-        """(forward ms, GPU busy ms, CPU-side ms) of one forward.
+                      kv_tokens: float = 0.0, pairs: float = 0.0, requests: int = 1, *, bound: bool = False):
+        """(forward ms, GPU busy ms, CPU-side ms) of one forward (``bound``: and whether the routed
+        experts' flops set any layer's GPU time, i.e. ``gpu_tokens`` mattered).
 
         Per MoE layer: ``gpu_experts`` experts read from GPU memory (held or
         copied), ``gpu_tokens`` token-expert pairs they compute, ``cpu_ms`` the
@@ -207,36 +227,51 @@ class CpuForward:
         (sync and the activations' round trip), ``copy_ms`` X_ℓ.
         """
         g = self.gpu
-        n = float(n_tokens)
-        Ld = len(self.w_bytes)
-        routed_b = np.zeros(Ld)
-        routed_f = np.zeros(Ld)
-        routed_b[g.moe_index] = np.asarray(gpu_experts, dtype=np.float64) * self.E
-        routed_f[g.moe_index] = np.asarray(gpu_tokens, dtype=np.float64) * 2.0 * self.P / g.tp
-        kv = float(kv_tokens)
+        n, kv, pairs = float(n_tokens), float(kv_tokens), float(pairs)
+        # (the replay calls this once per step: few temporaries)
+        routed_b = self._layers(np.multiply(gpu_experts, self.E))
+        routed_f = self._layers(np.multiply(gpu_tokens, self.pair_flops))
+        side = np.multiply(cpu_layers, self.terms.sync_ms + n * self.roundtrip_ms) + cpu_ms
+        if not np.isscalar(copy_ms) or copy_ms:
+            side = np.maximum(side, copy_ms)
+        side = self._layers(side)
         if self.model.sliding_window:
             kv_read = np.where(g.sliding, min(kv, self.model.sliding_window * requests), kv) * g.kv_bytes
         else:
             kv_read = kv * g.kv_bytes
-        attn_f = n * self.attn_tok_flops / g.tp + float(pairs) * g.pair_flops
-        side = np.zeros(Ld)
-        side[g.moe_index] = (np.asarray(cpu_layers, dtype=np.float64) * (self.terms.sync_ms + n * self.roundtrip_ms)
-                             + np.asarray(cpu_ms, dtype=np.float64))
-        side[g.moe_index] = np.maximum(side[g.moe_index], np.asarray(copy_ms, dtype=np.float64))
         if not self.overlap:
-            mem = self.w_bytes + routed_b + kv_read
-            flops = n * self.dense_tok_flops + routed_f + float(pairs) * g.pair_flops
-            gpu_t = np.maximum(mem / g.bw, flops / g.peak) * 1e3
-            layers = gpu_t + side
+            read = (self.w_bytes + routed_b + kv_read) / g.bw
+            comp = (n * self.dense_tok_flops + routed_f + pairs * g.pair_flops) / g.peak
+            gpu_t = np.maximum(read, comp) * 1e3
+            gpu_sum, side_sum = float(gpu_t.sum()), float(side.sum())
+            head = max(self.head_bytes / g.bw, n * g.head_flops / g.peak) * 1e3
+            out = (gpu_sum + side_sum + head + self.o.forward_ms, gpu_sum + head, side_sum)
+            return (*out, bool((comp > read).any())) if bound else out
         else:
+            attn_f = n * self.attn_tok_flops / g.tp + pairs * g.pair_flops
             attn = np.maximum((self.attn_bytes + kv_read) / g.bw, attn_f / g.peak) * 1e3
-            ffn_f = n * self.dense_tok_flops - n * self.attn_tok_flops / g.tp + routed_f
-            ffn = np.maximum((self.w_bytes - self.attn_bytes + routed_b) / g.bw, ffn_f / g.peak) * 1e3
+            comp = (n * (self.dense_tok_flops - self.attn_tok_flops / g.tp) + routed_f) / g.peak
+            read = (self.w_bytes - self.attn_bytes + routed_b) / g.bw
+            ffn = np.maximum(read, comp) * 1e3
             gpu_t = attn + ffn
             layers = attn + np.maximum(ffn, side)
         head = max(self.head_bytes / g.bw, n * g.head_flops / g.peak) * 1e3
         total = float(layers.sum()) + head + self.o.forward_ms
-        return total, float(gpu_t.sum()) + head, float(side.sum())
+        out = (total, float(gpu_t.sum()) + head, float(side.sum()))
+        return (*out, bool((comp > read).any())) if bound else out
+
+    def most_gpu_pairs(self, n_tokens: float, gpu_experts) -> np.ndarray:
+        """The most token-expert pairs ``gpu_experts`` experts serve: each token reaches at most k of them,
+        each of them at most every token."""
+        return float(n_tokens) * np.minimum(np.asarray(gpu_experts, dtype=np.float64), self.model.trace_top_k)
+
+    def _layers(self, x: np.ndarray) -> np.ndarray:
+        """Per-MoE-layer values as per-decoder-layer ones (0 on dense layers)."""
+        if self.all_moe:
+            return x
+        out = np.zeros(len(self.w_bytes))
+        out[self.gpu.moe_index] = x
+        return out
 
     def forward_ms(self, n_tokens, union, kv_tokens=0.0, pairs=0.0, requests=1):
         """A forward from per-layer unions alone (the selectors' and EVICT's C(k) view; broadcasts).

@@ -119,11 +119,10 @@ class CpuExperts:
     def step(self, step, selector_ms: float):
         """(draft, forward, commit ms, experts served on the GPU and on the CPU per layer, None)."""
         demand = step.demand
-        counts = self.token_counts(step)
         gpu = self._on_gpu(demand, "step", step.requests, step.positions)
         n = int(step.tokens)
-        fwd, h, m = self._forward(counts, demand, gpu, n, step.context, n * step.context / max(step.size, 1),
-                                  step.size)
+        fwd, h, m = self._forward(lambda: self.token_counts(step), demand, gpu, n, step.context,
+                                  n * step.context / max(step.size, 1), step.size)
         lv = step.levels
         draft = 0.0 if lv <= 0 else self.fwd.draft_ms(lv, step.size, verified=step.tokens)
         return draft, fwd, self.timer.commit_ms(), h, m, None
@@ -154,28 +153,44 @@ class CpuExperts:
         if self.cache is None:
             return np.zeros_like(demand)
         self.cache.forward(demand, kind, requests, positions)
-        return np.array(self.cache.last_hits)
+        return self.cache.last_hits         # read-only: nothing here writes it
 
     def _forward(self, counts, demand, gpu, n, context, pairs, requests):
+        """One forward; ``counts`` n_e [L, N], or a function that makes them (called where they matter)."""
         f = self.fwd
-        on_cpu = demand & ~gpu
-        cpu_t = f.cpu_expert_ms(np.where(on_cpu, counts, 0))
-        copied = None
+        flat = np.flatnonzero(np.greater(demand, gpu))   # the CPU's experts (demanded, not on the GPU), one by one
+        layers, experts = np.divmod(flat, self.N)
+        # n_e matter only where a CPU expert or the GPU part can be compute-bound (the same times either way)
+        lazy = callable(counts) and n <= f.membound_tokens
+        if lazy:
+            n_e = None
+            t = f.read_ms[layers]
+        else:
+            counts = counts() if callable(counts) else counts
+            n_e = counts.reshape(-1)[flat]
+            t = f.sparse_expert_ms(layers, n_e)
+        gpu_u = np.count_nonzero(gpu, axis=1)
+        copies = 0.0
         if self.fiddler:      # copy an expert when its copy lands before the CPU would have computed it
-            copied = on_cpu & (self.copy_each < cpu_t)
-            on_cpu = on_cpu & ~copied
-            cpu_t = np.where(copied, 0.0, cpu_t)
-            gpu = gpu | copied
-        n_copied = copied.sum(axis=1) if copied is not None else 0
-        gpu_u = gpu.sum(axis=1)
-        total, gpu_ms, cpu_ms = f.forward_parts(n, gpu_u, np.where(gpu, counts, 0).sum(axis=1), f.socket_sums(cpu_t),
-                                                on_cpu.any(axis=1), n_copied * f.copy_ms(), context, pairs, requests)
-        t = self.totals
-        cpu_n = on_cpu.sum(axis=1)
-        t["cpu_reads"] += float(cpu_n.sum())
-        t["dram_bytes"] += float(cpu_n @ f.E)
-        t["gpu_served"] += float(gpu_u.sum())
-        t["copies"] += float(np.sum(n_copied))
-        t["gpu_ms"] += gpu_ms
-        t["cpu_ms"] += cpu_ms
-        return total, gpu_u.astype(np.int64), cpu_n.astype(np.int64)
+            copy = self.copy_each[layers, 0] < t
+            copied = np.bincount(layers[copy], minlength=self.L)
+            gpu_u = gpu_u + copied
+            copies = float(copied.sum())
+            layers, experts, t = layers[~copy], experts[~copy], t[~copy]
+            n_e = None if n_e is None else n_e[~copy]
+        cpu_n = np.bincount(layers, minlength=self.L)
+        # every token routes to k experts per layer: the GPU's pairs are the rest (lazy: the most they can be)
+        gpu_tok = f.most_gpu_pairs(n, gpu_u) if n_e is None else \
+            float(n * self.k) - np.bincount(layers, weights=n_e, minlength=self.L)
+        out = f.forward_parts(n, gpu_u, gpu_tok, f.sparse_layer_ms(layers, experts, t), cpu_n > 0,
+                              copied * self.copy_each[:, 0] if copies else 0.0, context, pairs, requests, bound=lazy)
+        if lazy and out[3]:   # compute-bound somewhere at the most pairs: count them
+            return self._forward(counts(), demand, gpu, n, context, pairs, requests)
+        tot = self.totals
+        tot["cpu_reads"] += float(len(layers))
+        tot["dram_bytes"] += float(f.E[layers].sum())
+        tot["gpu_served"] += float(gpu_u.sum())
+        tot["copies"] += copies
+        tot["gpu_ms"] += out[1]
+        tot["cpu_ms"] += out[2]
+        return out[0], gpu_u.astype(np.int64), cpu_n.astype(np.int64)

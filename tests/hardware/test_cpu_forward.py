@@ -119,3 +119,19 @@ def test_union_view_matches_the_routes_when_tokens_spread_evenly():
     u = (even > 0).sum(1).astype(float)
     assert f.forward_ms(3, u) == pytest.approx(parts(f, even, f.cpu_layer)[0], rel=1e-12)
     assert math.isfinite(f.expert_ms()) and f.expert_ms() > 0
+
+
+def test_cpu_layers_0_is_the_resident_forward_with_a_dense_first_layer():
+    """DeepSeek-V2-Lite's first layer is dense (no experts): the per-layer terms land on the MoE layers only."""
+    model = load_model("deepseek-v2-lite")
+    assert model.first_dense_layers == 1
+    gpu = PhysicalModel(model, GPU_)
+    f = CpuForward(gpu, toy_cpu(), load_format("bf16"), Placement("layers", 0), Link("l", "L", 10.0, ""), CpuTerms())
+    for n, u, ctx in ((1, 6.0, 0.0), (9, 20.0, 300.0)):
+        assert f.forward_ms(n, u, ctx, n * ctx) == pytest.approx(gpu.forward_ms(n, u, ctx, n * ctx), rel=1e-12)
+    # all on the CPU: the dense layer pays no sync, every MoE layer does
+    g = CpuForward(gpu, toy_cpu(), load_format("bf16"), Placement("all"), Link("l", "L", 10.0, ""),
+                   CpuTerms(sync_ms=1.0))
+    zero = CpuForward(gpu, toy_cpu(), load_format("bf16"), Placement("all"), Link("l", "L", 10.0, ""),
+                      CpuTerms(sync_ms=0.0))
+    assert g.forward_ms(1, 0.0) - zero.forward_ms(1, 0.0) == pytest.approx(g.L_moe * 1.0)

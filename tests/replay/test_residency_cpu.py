@@ -137,3 +137,50 @@ def test_cpu_layers_0_replays_as_the_resident_regime():
     assert np.allclose(a.requests["prefill_ms"], b.requests["prefill_ms"], rtol=1e-12)
     s = b.summary()
     assert s["gpu_share"] == 1.0 and s["cpu_reads_per_token"] == 0.0 and s["dram_gb_per_token"] == 0.0
+
+
+@pytest.mark.parametrize("placement", ["cpu-layers:24", "fiddler", "cpu-misses"])
+def test_skipping_the_token_counts_changes_no_time(placement, monkeypatch):
+    """Where every CPU expert is read-bound and the GPU memory-bound, the replay skips n_e: same results."""
+    from simmoe.hardware.profile import load_profile
+    from simmoe.replay.engine import replay
+
+    tr = random_trace(11, num_requests=2, output_len=(4, 6), L=48, N=128, k=8, pool_nodes=8)
+    prof = load_profile(f"qwen3-30b-a3b/q4_k_m@rtx3090+i9-10900x~{placement}")
+    cfg = ReplayConfig(selector="eagle3", slots=8, cache="lru", hardware="x", selector_ms=0.0)
+    assert prof.physical.membound_tokens > 9           # the trace's steps verify at most 9 tokens
+    fast = replay(tr, cfg, prof)
+    monkeypatch.setattr(prof.physical, "membound_tokens", -1.0)       # always count n_e
+    exact = replay(tr, cfg, prof)
+    for key in ("forward_ms", "step_ms", "hits", "misses"):
+        assert np.array_equal(fast.steps[key], exact.steps[key]), key
+    assert fast.summary() == exact.summary()
+
+
+def test_a_compute_bound_gpu_part_counts_the_tokens(trace):
+    """A GPU slow enough that the routed flops set its time: the step counts n_e, and times as if always counted."""
+    from dataclasses import replace as dc_replace
+
+    from cpu_toy import GPU_
+
+    step, counts = a_step(trace)
+    slow = dc_replace(GPU_, bf16_tflops=1e-4)
+    times = []
+    for always in (False, True):
+        st = stage(trace, "cpu-misses", cache="lru", slots=1, gpu=slow)
+        if always:
+            st.fwd.membound_tokens = -1.0
+        calls = []
+        made = st.token_counts
+        st.token_counts = lambda s, made=made, calls=calls: calls.append(1) or made(s)
+        times.append([st.step(step, 0.0)[1] for _ in range(2)])    # the second step finds 1 expert cached
+        assert len(calls) == 2 if always else len(calls) >= 1     # lazily: counted where compute-bound
+    assert times[0] == times[1]
+
+
+def test_a_memory_bound_step_counts_no_tokens(trace):
+    step, _ = a_step(trace)
+    st = stage(trace, "cpu-misses", cache="lru", slots=1, eta_cpu=1.0)    # read-bound up to 4 tokens
+    assert st.fwd.membound_tokens >= step.tokens
+    st.token_counts = lambda s: pytest.fail("counted n_e where no time depends on them")
+    assert st.step(step, 0.0)[1] > 0 and st.step(step, 0.0)[1] > 0
