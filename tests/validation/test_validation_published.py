@@ -148,9 +148,15 @@ def quick_run(tmp_path_factory):
     cache = folder / "cache"
     pred = run_predictions(Settings(quick=True, workers=2, cache_dir=str(cache)))
     first = render_markdown(pred, f"python -m simmoe.validation.published --out {folder / 'a.md'} --quick")
-    assert sorted(p.name.split("-seed")[0] for p in cache.iterdir()) == [
-        "cnndm", "cnndm-evict", "gsm8k", "gsm8k-evict"]
+    from simmoe.validation.published.physical_runs import BENCHES, MODELS, workload_name
+
+    physical = {workload_name(m, b) for m in MODELS for b in BENCHES} | {
+        workload_name("qwen3-30b-a3b", b, table6=True) for b in ("qa", "humaneval")}
+    files = sorted(p.name for p in cache.iterdir())
+    assert sorted(f.split("-seed")[0] for f in files) == sorted(
+        {"cnndm", "cnndm-evict", "gsm8k", "gsm8k-evict"} | physical)
     assert main(["--out", str(folder / "b.md"), "--quick", "--quiet", "--cache-dir", str(cache)]) == 0
+    assert sorted(p.name for p in cache.iterdir()) == files        # the second run read every trace back
     second = (folder / "b.md").read_text()
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
     return pred, (first, second)

@@ -201,6 +201,15 @@ def generate_workload(model: str, bench: str, requests: int, position: float | N
                     temperature=temperature)
 
 
+def workload_file(name: str, requests: int, position: float | None, seed: int, temperature: float) -> str:
+    """The ``--cache-dir`` file of a physical workload: every input of :func:`generate_workload` in its name."""
+    from simmoe.synth import GENERATOR
+
+    at = "preset" if position is None else f"x{position:.12g}"
+    version = GENERATOR.replace(" ", "-").replace("/", "-")
+    return f"{name}-seed{seed}-n{requests}-{at}-t{temperature:g}-{version}.parquet"
+
+
 def run_physical(settings, pub: dict, log: Callable[[str], None]):
     """Generate the workloads, replay every run; ``(results by key, traces by name, fits)``."""
     from simmoe.hardware.physical import load_settings
@@ -208,6 +217,7 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     from simmoe.replay.engine import ReplayConfig, replay_all
     from simmoe.replay.selection import evict_table
     from simmoe.validation.published.runs import Run, RunResult, _extra
+    from simmoe.validation.published.workloads import cached_trace
 
     sizes = sizes_for(settings)
     grid, mats = mat_curve(sizes.grid_requests, log)
@@ -239,9 +249,10 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
                 fits["position"][(model, bench)] = (target, x)
             n = sizes.batch1[model]
             name = workload_name(model, bench)
-            log(f"generating {name} ({n} requests" + (", target distributions at temperature 1)" if sampled
-                                                       else ")"))
-            trace = generate_workload(model, bench, n, x, settings.seed, 1.0 if sampled else 0.0)
+            what = f"{name} ({n} requests" + (", target distributions at temperature 1)" if sampled else ")")
+            trace = cached_trace(settings, workload_file(name, n, x, settings.seed, 1.0 if sampled else 0.0),
+                                 lambda model=model, bench=bench, n=n, x=x, sampled=sampled: generate_workload(
+                                     model, bench, n, x, settings.seed, 1.0 if sampled else 0.0), what, log)
             traces[name] = trace
             configs = [ReplayConfig(selector=s, slots=0, cache="none", hardware=prof_name, selector_ms=0.0,
                                     seed=0) for s in BATCH1_SELECTORS]
@@ -257,8 +268,10 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
     fits["table6_profile"] = prof6
     for bench in ("qa", "humaneval"):
         name = workload_name("qwen3-30b-a3b", bench, table6=True)
-        log(f"generating {name} ({sizes.table6} requests)")
-        trace = generate_workload("qwen3-30b-a3b", bench, sizes.table6, None, settings.seed)
+        trace = cached_trace(settings, workload_file(name, sizes.table6, None, settings.seed, 0.0),
+                             lambda bench=bench: generate_workload("qwen3-30b-a3b", bench, sizes.table6, None,
+                                                                   settings.seed), f"{name} ({sizes.table6} requests)",
+                             log)
         traces[name] = trace
         configs = [ReplayConfig(selector=s, slots=0, cache="none", hardware=prof6, selector_ms=0.0, seed=0)
                    for s in TABLE6_SELECTORS]

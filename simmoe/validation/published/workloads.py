@@ -46,7 +46,7 @@ def _cache_name(w: Workload, seed: int) -> str:
 
 def load_workload(w: Workload, settings: Settings, log: Callable[[str], None]) -> Trace:
     """The trace of ``w``: read from ``--traces``, from the cache folder, or generated (seeded)."""
-    from simmoe.trace.io import read_trace, write_trace
+    from simmoe.trace.io import read_trace
 
     if settings.traces_dir is not None and w.pool is None:
         path = Path(settings.traces_dir) / f"{w.preset}.parquet"
@@ -57,18 +57,31 @@ def load_workload(w: Workload, settings: Settings, log: Callable[[str], None]) -
         if w.requests is not None and w.requests < len(trace.requests):
             trace = select_requests(trace, np.arange(w.requests))
         return trace
-    if settings.cache_dir is not None:
-        path = Path(settings.cache_dir) / _cache_name(w, settings.seed)
-        if path.is_file():
-            log(f"reading cached {path}")
-            return read_trace(path)
-        log(f"generating {w.name} (seed {settings.seed}) into {path}")
-        trace = _generate(w, settings.seed)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_trace(trace, path)
-        return trace
-    log(f"generating {w.name} (seed {settings.seed})")
-    return _generate(w, settings.seed)
+    return cached_trace(settings, _cache_name(w, settings.seed), lambda: _generate(w, settings.seed),
+                        f"{w.name} (seed {settings.seed})", log)
+
+
+def cached_trace(settings: Settings, file_name: str, make: Callable[[], Trace], what: str,
+                 log: Callable[[str], None]) -> Trace:
+    """``make()``'s trace, kept as ``file_name`` in ``--cache-dir`` and read back from there on the next run.
+
+    The name must say everything the trace depends on (workload, sizes, seed,
+    generator version): a cached file is read without regenerating.
+    """
+    from simmoe.trace.io import read_trace, write_trace
+
+    if settings.cache_dir is None:
+        log(f"generating {what}")
+        return make()
+    path = Path(settings.cache_dir) / file_name
+    if path.is_file():
+        log(f"reading cached {path}")
+        return read_trace(path)
+    log(f"generating {what} into {path}")
+    trace = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(trace, path)
+    return trace
 
 
 def describe_trace(trace: Trace) -> dict[str, Any]:
