@@ -2,6 +2,7 @@
 
     python benchmarks/bench_tune.py [--hardware qwen3-30b-a3b@h100-sxm:tp2] [--workload mt_bench]
                                     [--engine sglang] [--workers 2] [--grid-workers 2] [--no-grid]
+                                    [--grid-cache /tmp/tune-grid.json]
                                     [--out reports/tune-benchmark.md]
 
 1. ``simmoe tune --hardware H --workload W --engine E --no-progress --json F``
@@ -44,6 +45,7 @@ def run_tune(args) -> tuple[float, dict]:
 
 
 def grid(args, requests: int) -> list[tuple[object, dict]]:
+    """Every configuration's row on the last rung's traces; cached in ``--grid-cache`` (keyed by its setting)."""
     from simmoe.hardware.profile import load_profile
     from simmoe.tune import space as sp
     from simmoe.tune.evaluate import Setup, evaluator
@@ -51,6 +53,13 @@ def grid(args, requests: int) -> list[tuple[object, dict]]:
     profile = load_profile(args.hardware)
     space = sp.engine_space(args.engine, offload=not profile.resident)
     cfgs = [space.make(p) for p in space.points()]
+    key = f"{args.hardware} {args.workload} {args.engine} {requests}"
+    cache = Path(args.grid_cache) if args.grid_cache else None
+    if cache is not None and cache.is_file():
+        doc = json.loads(cache.read_text())
+        if doc.get("key") == key:
+            by_label = doc["rows"]
+            return [(c, by_label[c.label()]) for c in cfgs]
     ev = evaluator(Setup(args.workload, args.hardware), args.grid_workers)
     keys: dict = {}
     for c in cfgs:
@@ -63,6 +72,9 @@ def grid(args, requests: int) -> list[tuple[object, dict]]:
         rows += list(zip(batch, ev(batch, requests)))
         print(f"grid: {len(rows)}/{len(cfgs)} configurations, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
               flush=True)
+    if cache is not None:
+        cache.write_text(json.dumps({"key": key, "wall_s": time.perf_counter() - t0,
+                                     "rows": {c.label(): r for c, r in rows}}))
     return rows
 
 
@@ -74,6 +86,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--grid-workers", type=int, default=2)
     ap.add_argument("--no-grid", action="store_true")
+    ap.add_argument("--grid-cache", default=None, metavar="FILE",
+                    help="keep the grid's rows here and reuse them (the grid does not depend on the search)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     wall, doc = run_tune(args)
@@ -94,6 +108,8 @@ def main() -> int:
 
         rows = grid(args, RUNGS[-1])
         gwall = time.perf_counter() - t0
+        if args.grid_cache and Path(args.grid_cache).is_file():
+            gwall = json.loads(Path(args.grid_cache).read_text()).get("wall_s", gwall)
         rows.sort(key=lambda t: -t[1]["tokens_per_s"])
         top_cfg, top = rows[0]
         labels = [c.label() for c, _ in rows]

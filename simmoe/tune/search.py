@@ -5,10 +5,13 @@ categorical selection).  A Latin-hypercube sample of it (every dimension's
 values cut into as many strata as samples, each stratum used once, then the
 point moved to the nearest valid one) is replayed on short traces (the first
 ``rungs[0]`` requests of the workload); the best 1/η go on to the next rung's
-longer traces, and so on.  At every rung the neighbours of the best few (one
-step along one dimension) join the candidates, so the search climbs from the
-sample toward the optimum instead of relying on the sample's luck; at the last
-rung that climb continues until no neighbour is better or the budget ends.
+longer traces, and so on.  At the first rung the neighbours of the best few
+(one step along one dimension) join the candidates, so the search climbs from
+the sample toward the optimum instead of relying on the sample's luck; at the
+last rung that climb continues until no neighbour is better or the budget ends.
+Each rung has an equal share of the budget: on a slow machine a rung is cut
+(its most promising candidates, first in line, have run) rather than the
+last rung never reached.
 
 Everything is reproducible with ``seed`` (the sample and the traces), and
 evaluations run in worker processes as the sweep's do
@@ -98,6 +101,8 @@ class _Search:
         self.planned = 0
         self.batch_groups = max(int(workers), 1)
 
+        self.deadline = float(budget_s)   # seconds from t0 by which the running rung must end
+
     def over(self) -> bool:
         return time.perf_counter() - self.t0 > self.budget_s
 
@@ -114,7 +119,7 @@ class _Search:
         for i in range(0, len(keys), self.batch_groups):
             # stop before a batch that would likely end past the budget (its cost: this rung's mean so far)
             expected = sum(spent) / len(spent) if spent else 0.0
-            if time.perf_counter() - self.t0 + expected > self.budget_s:
+            if time.perf_counter() - self.t0 + expected > self.deadline:
                 self.res.out_of_budget = True
                 return
             batch = [p for k in keys[i:i + self.batch_groups] for p in groups[k]]
@@ -149,12 +154,14 @@ class _Search:
         cands = list(initial)
         last = len(self.rungs) - 1
         for rung in range(len(self.rungs)):
+            # an equal share of the budget per rung (a slow machine cuts each rung, never skips the last)
+            self.deadline = self.budget_s * (rung + 1) / len(self.rungs)
             self.run_points(rung, cands)
             if self.ranked(rung):
                 self.res.rung, self.res.requests = rung, self.rungs[rung]
             if self.on_rung:
                 self.on_rung(rung)
-            if self.res.out_of_budget:
+            if self.over() or not self.ranked(rung):
                 break
             if rung in (0, last):   # the middle rungs only sift: their climbs would cost longer traces
                 self.climb(rung, CLIMB_TOP)
