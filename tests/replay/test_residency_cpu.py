@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from cpu_toy import BW_CPU, E_BYTES, NE, H, c_e, gpu_layer, head, toy_forward
 from factories import random_trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simmoe.hardware.profile import HardwareProfile
 from simmoe.replay.config import ReplayConfig, resolve
@@ -184,3 +186,61 @@ def test_a_memory_bound_step_counts_no_tokens(trace):
     assert st.fwd.membound_tokens >= step.tokens
     st.token_counts = lambda s: pytest.fail("counted n_e where no time depends on them")
     assert st.step(step, 0.0)[1] > 0 and st.step(step, 0.0)[1] > 0
+
+
+def brute_force(f, counts, held, n, fiddler):
+    """A forward by the doc's formula, expert by expert in plain Python (any engine, sockets, placement)."""
+    g, total, sockets = f.gpu, 0.0, f.sockets
+    for layer in range(L):
+        gpu_e, gpu_pairs, per_socket, copies = 0, 0, [0.0] * sockets, 0
+        for e in range(NE):
+            ne = int(counts[layer, e])
+            if not ne:
+                continue
+            c = max(f.E[layer] / f.cpu_bw, 2 * ne * f.P / f.cpu_peak) * 1e3
+            if held[layer, e] or (fiddler and f.E[layer] / f.link_bw * 1e3 < c):
+                gpu_e, gpu_pairs = gpu_e + 1, gpu_pairs + ne
+                copies += 0 if held[layer, e] else 1
+            else:
+                per_socket[e * sockets // NE] += c
+        side = max(per_socket) + (f.terms.sync_ms + n * f.roundtrip_ms if any(per_socket) else 0.0)
+        side = max(side, copies * f.E[layer] / f.link_bw * 1e3)
+        attn_b, w = f.attn_bytes[layer], f.w_bytes[layer]
+        attn_f, dense_f = n * f.attn_tok_flops[layer], n * f.dense_tok_flops[layer]
+        routed_b, routed_f = gpu_e * f.E[layer], gpu_pairs * 2 * f.P
+        if f.overlap:
+            a = max(attn_b / g.bw, attn_f / g.peak) * 1e3
+            ffn = max((w - attn_b + routed_b) / g.bw, (dense_f - attn_f + routed_f) / g.peak) * 1e3
+            total += a + max(ffn, side)
+        else:
+            total += max((w + routed_b) / g.bw, (dense_f + routed_f) / g.peak) * 1e3 + side
+    return total + max(f.head_bytes / g.bw, n * g.head_flops / g.peak) * 1e3
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), placement=st.sampled_from(["cpu-misses", "fiddler"]),
+       engine=st.sampled_from(["llamacpp", "ktransformers"]), sockets=st.sampled_from([1, 2]),
+       eta_cpu=st.sampled_from([0.05, 0.125, 1.0]), link=st.sampled_from([0.5, 1.2288, 10.0]),
+       slow_gpu=st.booleans())
+def test_forward_matches_a_brute_force_reference(trace, data, placement, engine, sockets, eta_cpu, link, slow_gpu):
+    """Random routes and GPU-held experts: the stage's forward (lazy n_e or not) equals the formula expert by expert."""
+    from dataclasses import replace as dc_replace
+
+    from cpu_toy import GPU_
+
+    n = data.draw(st.integers(1, 6))
+    routes = [data.draw(st.lists(st.lists(st.integers(0, NE - 1), min_size=2, max_size=2, unique=True),
+                                 min_size=L, max_size=L)) for _ in range(n)]
+    counts = np.zeros((L, NE), dtype=np.int64)
+    for r in routes:
+        for layer in range(L):
+            counts[layer, r[layer]] += 1
+    held = np.array(data.draw(st.lists(st.booleans(), min_size=L * NE, max_size=L * NE))).reshape(L, NE)
+    st_ = stage(trace, placement, engine=engine, sockets=sockets, eta_cpu=eta_cpu, link_gbps=link,
+                gpu=dc_replace(GPU_, bf16_tflops=1e-3) if slow_gpu else None)
+    demand = counts > 0
+    gpu = demand & held
+    want = brute_force(st_.fwd, counts, gpu, n, placement == "fiddler")
+    for lazy in (False, True):
+        got = st_._forward((lambda: counts) if lazy else counts, demand, gpu, n, 0.0, 0.0, 1)[0]
+        assert got == pytest.approx(want, rel=1e-12)
