@@ -12,7 +12,10 @@ time and g per token of
 * ``mixed``:   g = 0.62 r (two tokens on one expert are compute-bound),
 * ``compute``: g = 2 r (every expert compute-bound),
 * ``ncpumoe``: mixed, only the first 36 of 48 layers on the CPU (llama.cpp
-  ``--n-cpu-moe 36``), the GPU's experts free.
+  ``--n-cpu-moe 36``), the GPU's experts free;
+* ``layers``:  read-bound (g = r/8 of the base r) with a read time per layer,
+  every fourth layer's experts 25 % larger (as mixed-precision GGUF files have
+  some larger layers; the pattern is made up).
 
 Per setting: the median, p99 and max wall-clock time of ``select_exact_cpu`` (each
 call on a fresh pool, so no cached view; imports done first), the calls stopped by
@@ -56,9 +59,10 @@ def arrays(rng: np.random.Generator, n: int):
 def cost(setting: str, K: int) -> CpuCostModel:
     b = [B0 + B1 * j for j in range(K + 1)]
     g = {"read": READ / 8, "mixed": 0.62 * READ, "compute": 2.0 * READ,
-         "ncpumoe": 0.62 * READ}[setting]
+         "ncpumoe": 0.62 * READ, "layers": READ / 8}[setting]
     on_cpu = np.arange(48) < L_CPU if setting == "ncpumoe" else None
-    return CpuCostModel(b, READ, g, on_cpu=on_cpu)
+    read = np.where(np.arange(48) % 4 == 0, 1.25 * READ, READ) if setting == "layers" else READ
+    return CpuCostModel(b, read, g, on_cpu=on_cpu)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=2.0, help="time limit per call, seconds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sizes", default="18,64,200")
-    ap.add_argument("--settings", default="read,mixed,compute,ncpumoe")
+    ap.add_argument("--settings", default="read,mixed,compute,ncpumoe,layers")
     args = ap.parse_args(argv)
     preload()
     select_exact_cpu(RoutedPool.from_routes(*arrays(np.random.default_rng(99), 18)), 7,

@@ -7,14 +7,14 @@ larger R̂, smaller F — the union's CPU pairs —, fewer nodes, smaller ids).
 
 Two paths, one answer:
 
-* *Eq. 4 as a relaxation* (:func:`specfit_relaxation`): with β the smallest
-  c(1) = max(r, g) of the CPU's experts, T >= T̂ = b + β·F on every set (F on the
-  pool with the GPU's pairs free), canonically.  Where T̂ = T on all of A_K (one
-  read time, no expert ever compute-bound) :func:`solvers.exact.select_exact`'s
-  whole portfolio (closure bounds, min cuts, MILP) answers.  Where two tokens
-  still cost an expert's read time, T̂'s optimum is tried first: if T = T̂ on it,
-  it is the answer; otherwise it starts the search below, whose large branches
-  T̂ bounds (:class:`_Relaxed`).
+* *Eq. 4 as a relaxation* (:mod:`solvers.cpu_relax`): T >= T̂ = b + u·F_w on every
+  set, each counted expert weighted by its first step.  Where T̂ = T on all of
+  A_K (one read time, no expert ever compute-bound)
+  :func:`solvers.exact.select_exact`'s whole portfolio (closure bounds, min cuts,
+  MILP) answers.  Where two tokens still cost an expert's read time, T̂'s optimum
+  is tried first: with one read time, if T = T̂ on it, it is the answer; otherwise
+  it starts the search below, whose large branches T̂ bounds
+  (:class:`solvers.cpu_relax.BranchBound`).
 * The depth-first branch and bound over A_K (ids added in increasing
   order, as Algorithm 1), with the per-pair token counts kept in an array and
   two lower bounds on what an extension X of S adds to T (every a_v below is
@@ -57,7 +57,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from solvers.canonical import BRANCH_AND_BOUND, REL_TOL, beats, check_lam, search_view
-from solvers.cost import CostModel, Selection, check_time_limit
+from solvers.cost import Selection, check_time_limit
 from solvers.cpu_cost import (
     CpuCostModel,
     CpuView,
@@ -66,17 +66,16 @@ from solvers.cpu_cost import (
     cpu_view,
     forward_tokens,
 )
+from solvers.cpu_relax import BranchBound, Relaxation, specfit_relaxation
 from solvers.dinkelbach import DinkelbachResult
 from solvers.errors import InvalidInput
 from solvers.exact import select_exact, select_max_linear
-from solvers.pool import Pool
 
-__all__ = ["select_exact_cpu", "select_max_linear_cpu", "select_marginal_cpu", "specfit_relaxation",
-           "cpu_dinkelbach"]
+__all__ = ["select_exact_cpu", "select_max_linear_cpu", "select_marginal_cpu", "cpu_dinkelbach"]
 
 _SPECFIT_PATH = True      # SpecFit-equivalent costs answered by select_exact's portfolio
 _CHECK_EVERY = 16         # states between two looks at the clock
-_RELAX_BRANCHES = True    # Eq. 4's bound on the large branches (_Relaxed)
+_RELAX_BRANCHES = True    # Eq. 4's bound on the large branches (cpu_relax.BranchBound)
 
 
 class _Stop(Exception):
@@ -98,33 +97,6 @@ def _check_K(rpool: RoutedPool, K, cost: CpuCostModel) -> int:
         raise InvalidInput(f"b has {len(cost.b)} intercepts but K = {K} needs {K + 1} "
                            f"(b[0]..b[{K}])")
     return min(K, rpool.n)
-
-
-def specfit_relaxation(rpool: RoutedPool, K: int, cost: CpuCostModel,
-                       tokens: np.ndarray | None = None) -> tuple[Pool, CostModel, bool] | None:
-    """(pool, CostModel, equivalent) with Eq. 4's T̂ <= this cost's T on every S in A_K; None
-    where no such T̂ says anything (an expert on the CPU that costs nothing).
-
-    T̂ = b + β·F on the pool whose paid pairs are free (the GPU's, and those the rest of
-    the forward uses: ``tokens``, :func:`solvers.cpu_cost.forward_tokens`), β the smallest
-    first step c(1) = max(r, g) of the other CPU pairs the pool uses: each costs at least
-    β, a paid one at least 0.  ``equivalent``: T̂ = T on all of A_K — every priced pair
-    either counted at the one read time β or paid, and every pair's possible token count
-    (the rest of the forward's, the root, and at most K of its holders) within r/g, so
-    that none is ever compute-bound.
-    """
-    view = cpu_view(rpool, cost, tokens)
-    if view.r.size == 0:        # nothing priced: T = b, Eq. 4 with β = 0
-        return view.cpu_pool, CostModel(cost.b, 0.0), True
-    counted = view.on_cpu & (view.base == 0)
-    first = np.maximum(view.r, view.g)[counted]
-    if view.free_cpu or not first.size:
-        return None
-    beta = float(first.min())
-    reach = view.start + np.minimum(view.holders, min(K, rpool.n))
-    flat = view.g * reach <= view.r
-    equivalent = bool(np.all(flat & (view.base > 0) | flat & counted & (view.r == beta)))
-    return view.cpu_pool, CostModel(cost.b, beta), equivalent
 
 
 def _mostly_read_bound(view: CpuView) -> bool:
@@ -222,70 +194,15 @@ def _sorted_gain(a: list[float], j: int, s: int, room: int, lam: float, b) -> fl
     return best
 
 
-class _Relaxed:
-    """Eq. 4's bound on one branch of the search (read time r on every priced pair, all on
-    the CPU): the branch's sets are S ∪ X with X among the subtrees still reachable, and
-    R̂(S ∪ X)/T(S ∪ X) <= R̂(S ∪ X)/T̂(S ∪ X), whose maximum over X is Eq. 5 on the pool of
-    the reachable nodes with S's and the root's experts paid, R̂ and T̂ scaled by 1/R̂(S)
-    (so that R̂ starts at 1), the intercepts shifted by |S| and by r·F(S): one call of
-    :func:`select_exact` (its portfolio: closure bounds, where the credit bound is weak)."""
-
-    #: branches with fewer reachable nodes are left to the credit bounds (each bound costs
-    #: one selection: on the benchmark's 200-node pools, bounding every branch of at least
-    #: 16 nodes took the slowest of 40 from over 2 s to 0.64 s; bounding only those of
-    #: |S| <= 3 left 3 of 12 over 2 s)
-    MIN_NODES = 16
-
-    def __init__(self, rpool: RoutedPool, view: CpuView, r: float):
-        pool = rpool.pool
-        self.rpool, self.view, self.r = rpool, view, r
-        self.paid = view.paid.copy()                # the view's paid pairs, and the root's
-        self.paid[rpool.root_pairs] = True
-        kids = search_view(pool).children
-        size = [1] * pool.n
-        for v in range(pool.n - 1, -1, -1):
-            size[v] += sum([size[u] for u in kids[v]])
-        self.size = size
-
-    def bound(self, chosen: list[int], rest: list[int], rs: float, f: int, room: int,
-              deadline: float | None) -> float:
-        """An upper bound on the ratio of every S ∪ X, X within the subtrees of ``rest``."""
-        rpool, view = self.rpool, self.view
-        pool = rpool.pool
-        kids = search_view(pool).children
-        ids, stack = [], list(rest)
-        while stack:
-            v = stack.pop()
-            ids.append(v)
-            stack.extend(kids[v])
-        ids.sort()
-        local = {v: i for i, v in enumerate(ids)}
-        parents = [local.get(pool.parents[v], -1) for v in ids]
-        probs = [pool.probs[v] / rs for v in ids]
-        root_routes, node_routes = rpool.routes
-        sub = Pool.from_routes(parents, probs, root_routes, node_routes[ids], pool.num_experts)
-        paid = self.paid.copy()
-        for v in chosen:
-            paid[rpool.node_pairs(v)] = True
-        sub = sub.with_free(paid.reshape(pool.num_layers, pool.num_experts))
-        s, b = len(chosen), view.b
-        spec = CostModel([(b[s + j] + self.r * f) / rs for j in range(room + 1)], self.r / rs)
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0:
-            return math.inf
-        sel = select_exact(sub, room, spec, time_limit=left)
-        return math.inf if sel.upper_bound is None else sel.upper_bound
-
-
 class _Search:
     """Depth-first branch and bound from the incumbent ``inc`` = [score, R̂, F, nodes, T]
     (updated in place); :meth:`run` raises :class:`_Stop` at the deadline (``inc`` then
     holds the best set found).  ``lam`` None: Eq. 5 (λ the incumbent ratio, target 0);
     else R̂ − λT at that λ (target: the incumbent's value).  ``relaxed``: Eq. 4's bound,
-    tried on every branch of at least ``_Relaxed.MIN_NODES`` nodes (ratio only)."""
+    tried on every branch of at least ``BranchBound.MIN_NODES`` nodes (ratio only)."""
 
     def __init__(self, view: CpuView, K: int, lam: float | None, inc: list,
-                 deadline: float | None, relaxed: _Relaxed | None):
+                 deadline: float | None, relaxed: BranchBound | None):
         self.view, self.K, self.inc, self.deadline = view, K, inc, deadline
         self.ratio_mode, self.fixed_lam = lam is None, lam
         self.relaxed = relaxed if lam is None else None
@@ -332,13 +249,14 @@ class _Search:
                     return True
         return False
 
-    def relaxed_cut(self, rest: list[int], rs: float, union: int, s: int) -> bool:
+    def relaxed_cut(self, rest: list[int], rs: float, s: int) -> bool:
         """Eq. 4's bound on the branch of ``rest``: True when it prunes the rest."""
         rel = self.relaxed
         if rel is None or sum([rel.size[v] for v in rest]) < rel.MIN_NODES:
             return False
-        f = self.view.cpu_pool.root_count + union.bit_count()
-        cap = rel.bound(self.chosen, rest, rs, f, self.K - s, self.deadline)
+        if rel.value * (1.0 + 1e-9) >= self.inc[0] and rel.holds_witness(self.chosen, rest):
+            return False        # its bound is at least the witness's: no need to compute it
+        cap = rel.bound(self.chosen, rest, rs, self.K - s, self.deadline)
         return cap * (1.0 + 1e-9) < self.inc[0]
 
     def offer(self, r2: float, t2: float) -> bool:
@@ -380,7 +298,7 @@ class _Search:
             if (pcA > self.K - s or pcB > self.K - s) and \
                     self.sorted_cut(rs, C, G, s, j, pcA, pcB, floor):
                 return
-            if self.relaxed is not None and self.relaxed_cut(frontier[pos:], rs, union, s):
+            if self.relaxed is not None and self.relaxed_cut(frontier[pos:], rs, s):
                 return
             u2, r2 = union | view.cpu_pool.masks[j], rs + view.pool.probs[j]
             C2 = C + view.alone[j] + _push(counts, view.idx[j], view.r, view.g)
@@ -453,12 +371,15 @@ def _upper(view: CpuView, K: int, lam: float | None, inc: list) -> float:
 
 def _solve(rpool: RoutedPool, view: CpuView, K: int, lam: float | None,
            start: tuple[int, ...] | None, deadline: float | None,
-           read: float | None = None) -> Selection:
-    """The branch and bound from the best first incumbent; ``read``: β of Eq. 4's
-    relaxation, where it exists (the large branches are then bounded by it)."""
+           relax: Relaxation | None = None, value: float = -math.inf) -> Selection:
+    """The branch and bound from the best first incumbent; ``relax``: Eq. 4's relaxation,
+    where it exists (the large branches are then bounded by it), ``start`` its optimum and
+    ``value`` that optimum's ratio under T̂."""
     inc = _first(view, K, lam, start)
     if K > 0 and rpool.n > 0:
-        relaxed = _Relaxed(rpool, view, read) if read is not None and _RELAX_BRANCHES else None
+        relaxed = None
+        if relax is not None and _RELAX_BRANCHES:
+            relaxed = BranchBound(rpool, view, relax, start or (), value)
         try:
             _Search(view, K, lam, inc, deadline, relaxed).run()
         except _Stop:
@@ -527,19 +448,21 @@ def _ratio(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens: np.ndarray | N
             raise InvalidInput(f"start has {len(first)} nodes, more than K = {K}")
     view = cpu_view(rpool, cost, tokens)
     relax = specfit_relaxation(rpool, K, cost, tokens) if _SPECFIT_PATH else None
-    if relax is None or not (relax[2] or _mostly_read_bound(view)):
+    if relax is None or not (relax.equivalent or _mostly_read_bound(view)):
         return _solve(rpool, view, K, None, first, deadline)
-    pool, spec, equivalent = relax
-    sel = select_exact(pool, K, spec, start=first or None, time_limit=_left(deadline))
-    if equivalent:
+    sel = select_exact(relax.pool, K, relax.cost, start=first or None,
+                       time_limit=_left(deadline))
+    if relax.equivalent:
         return sel
-    if sel.exact and view.terms(sel.nodes)[2] == sel.time:
+    if not relax.weighted and sel.exact and view.terms(sel.nodes)[2] == sel.time:
         # T >= T̂ on every set and equal on this one: its ratio is the relaxation's optimum,
-        # and every set that ties with it ties under Eq. 4 too, where it wins the tie rule
+        # and every set that ties with it ties under Eq. 4 too (the same F), where it wins
+        # the tie rule
         return sel
     # the relaxation's optimum starts the search, and its bound caps a stopped one's
     cap = sel.upper_bound if sel.upper_bound is not None else math.inf
-    out = _solve(rpool, view, K, None, sel.nodes, deadline, spec.beta)
+    out = _solve(rpool, view, K, None, sel.nodes, deadline, relax,
+                 sel.ratio if sel.exact else -math.inf)
     if not out.exact and out.upper_bound is not None and cap < out.upper_bound:
         out.__dict__["upper_bound"] = max(cap, out.ratio)
     return out
@@ -548,8 +471,8 @@ def _ratio(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens: np.ndarray | N
 def _linear(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens: np.ndarray | None,
             lam: float, deadline: float | None) -> Selection:
     relax = specfit_relaxation(rpool, K, cost, tokens) if _SPECFIT_PATH else None
-    if relax is not None and relax[2]:
-        return select_max_linear(relax[0], K, relax[1], lam, time_limit=_left(deadline))
+    if relax is not None and relax.equivalent:
+        return select_max_linear(relax.pool, K, relax.cost, lam, time_limit=_left(deadline))
     return _solve(rpool, cpu_view(rpool, cost, tokens), K, lam, None, deadline)
 
 

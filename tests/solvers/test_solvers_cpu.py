@@ -21,8 +21,8 @@ from solvers.cpu_exact import (
     select_exact_cpu,
     select_marginal_cpu,
     select_max_linear_cpu,
-    specfit_relaxation,
 )
+from solvers.cpu_relax import BranchBound, specfit_relaxation
 from solvers.random_pools import random_routes, random_tree_shape
 
 
@@ -260,13 +260,13 @@ def test_branches_bounded_by_the_relaxation(data):
     if data.draw(st.booleans()):
         others = np.array([[data.draw(st.sampled_from([0, 0, 1, 3])) for _ in range(N)]
                            for _ in range(L)])
-    saved = cpu_exact._Relaxed.MIN_NODES
-    cpu_exact._Relaxed.MIN_NODES = 1
+    saved = BranchBound.MIN_NODES
+    BranchBound.MIN_NODES = 1
     try:
         sel = select_exact_cpu(routed(raw), K, cost) if others is None else \
             select_marginal_cpu(routed(raw), K, cost, others)
     finally:
-        cpu_exact._Relaxed.MIN_NODES = saved
+        BranchBound.MIN_NODES = saved
     r_full = np.broadcast_to(np.asarray(r, dtype=float).reshape(-1, 1), (L, N)) \
         if np.ndim(r) else np.full((L, N), r)
     check(sel, brute(raw, K, b, np.where(cpu, r_full, 0.0), np.where(cpu, g, 0.0), cpu,
@@ -285,7 +285,8 @@ def test_relaxation_is_a_lower_bound_and_says_where_it_is_exact():
              (CpuCostModel(b, [1.0, 2.0], 0.0), False),      # two read times: β the smaller
              (CpuCostModel(b, 1.0, 0.0, on_cpu=[True, False], gpu_read=0.5), False)]
     for cost, exact in cases:
-        pool, spec, equivalent = specfit_relaxation(rp, 12, cost)
+        relax = specfit_relaxation(rp, 12, cost)
+        pool, spec, equivalent = relax.pool, relax.cost, relax.equivalent
         assert equivalent == exact
         for combo in itertools.islice(legal_sets(raw, 12), 200):
             lower, full = evaluate(pool, combo, spec).time, cpu_evaluate(rp, combo, cost).time
