@@ -21,7 +21,10 @@ Per setting: the median, p99 and max wall-clock time of ``select_exact_cpu`` (ea
 call on a fresh pool, so no cached view; imports done first), the calls stopped by
 ``--limit`` seconds (their certified gap ``upper_bound/ratio − 1``: max), the mean
 selected size, and ``select_exact`` on the Eq. 4 cost with β = r on the same pools
-(SpecFit's problem, for scale).
+(SpecFit's problem, for scale).  With ``--check N`` the first N pools of a setting are
+solved again by the search alone (no Eq. 4 relaxation: credit and compute bounds only,
+the same limit), and the answers compared where both are exact (the run stops on a
+disagreement).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from solvers import CostModel, preload, select_exact  # noqa: E402
+from solvers import CostModel, cpu_exact, preload, select_exact  # noqa: E402
 from solvers.cpu_cost import CpuCostModel, RoutedPool  # noqa: E402
 from solvers.cpu_exact import select_exact_cpu  # noqa: E402
 from solvers.random_pools import random_pool_arrays, random_routes, random_tree_shape  # noqa: E402
@@ -70,10 +73,26 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def run(n: int, K: int, setting: str, pools: int, limit: float, seed: int) -> str:
+def cross_check(data, K: int, c: CpuCostModel, limit: float, answers: list) -> str:
+    """The search alone on the first pools: (agreeing, both exact) as text."""
+    cpu_exact._SPECFIT_PATH = False
+    try:
+        both = 0
+        for args, (nodes, exact) in zip(data, answers, strict=False):
+            sel = select_exact_cpu(RoutedPool.from_routes(*args), K, c, time_limit=limit)
+            if exact and sel.exact:
+                both += 1
+                if sel.nodes != nodes:
+                    raise SystemExit(f"disagreement: {sel.nodes} (search alone) vs {nodes}")
+        return f"{both}/{len(answers)}"
+    finally:
+        cpu_exact._SPECFIT_PATH = True
+
+
+def run(n: int, K: int, setting: str, pools: int, limit: float, seed: int, check: int) -> str:
     rng = np.random.default_rng(seed)
     data = [arrays(rng, n) for _ in range(pools)]
-    times, spec_times, sizes, gaps = [], [], [], []
+    times, spec_times, sizes, gaps, answers = [], [], [], [], []
     c = cost(setting, K)
     spec = CostModel(c.b, READ)
     gc.collect()
@@ -85,6 +104,7 @@ def run(n: int, K: int, setting: str, pools: int, limit: float, seed: int) -> st
             sel = select_exact_cpu(rp, K, c, time_limit=limit)
             times.append(time.perf_counter() - t0)
             sizes.append(sel.size)
+            answers.append((sel.nodes, sel.exact))
             if not sel.exact:
                 gaps.append(sel.upper_bound / sel.ratio - 1.0)
             pool = rp.pool if setting != "ncpumoe" else rp.pool.with_free(
@@ -97,9 +117,10 @@ def run(n: int, K: int, setting: str, pools: int, limit: float, seed: int) -> st
     ms = [t * 1e3 for t in times]
     sms = [t * 1e3 for t in spec_times]
     stopped = f"{len(gaps)} (gap <= {max(gaps):.2e})" if gaps else "0"
+    checked = cross_check(data[:check], K, c, limit, answers[:check]) if check else "-"
     return (f"| {n} | {K} | {setting} | {statistics.median(ms):.2f} | {pct(ms, 0.99):.2f} | "
             f"{max(ms):.2f} | {stopped} | {statistics.mean(sizes):.1f} | "
-            f"{statistics.median(sms):.2f} / {max(sms):.2f} |")
+            f"{statistics.median(sms):.2f} / {max(sms):.2f} | {checked} |")
 
 
 def main(argv=None) -> int:
@@ -109,18 +130,20 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sizes", default="18,64,200")
     ap.add_argument("--settings", default="read,mixed,compute,ncpumoe,layers")
+    ap.add_argument("--check", type=int, default=0,
+                    help="pools per setting solved again by the search alone")
     args = ap.parse_args(argv)
     preload()
     select_exact_cpu(RoutedPool.from_routes(*arrays(np.random.default_rng(99), 18)), 7,
                      cost("read", 7))        # warm: first-call costs out of the timings
     print("SYNTHETIC pools and costs; times in ms per call (wall clock)")
     print("| nodes | K | setting | median | p99 | max | stopped by the limit | mean \\|S\\| "
-          "| Eq. 4 (β = r) median / max |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| Eq. 4 (β = r) median / max | same answer, search alone |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in (int(x) for x in args.sizes.split(",")):
         K = 7 if n <= 18 else 32
         for setting in args.settings.split(","):
-            print(run(n, K, setting, args.pools, args.limit, args.seed), flush=True)
+            print(run(n, K, setting, args.pools, args.limit, args.seed, args.check), flush=True)
     return 0
 
 
