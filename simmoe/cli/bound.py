@@ -53,6 +53,10 @@ def run(args) -> int:
     return 0
 
 
+CPU_NOTE = ("experts on the CPU ({placement}): T-hat is Eq. 4 of this regime, b_k the placement's forward over "
+            "1 + k tokens and beta one more expert per MoE layer averaged over the layers (a CPU expert's read on "
+            "CPU layers, its HBM read on GPU layers), the cost SpecFit selects with here; --slots changes nothing "
+            "(one set of coefficients)")
 AR_ONLY_NOTE = ("AR-only trace: no draft trees, so every cycle verifies the root alone; the table is "
                 "degenerate (lambda* = Theta, no selection to compare)")
 
@@ -114,7 +118,16 @@ def bound_report(path: str, *, hardware: str | None = DEFAULT_PROFILE, slots: in
         "units": "lambda_star, theta, mean_rho_*: tokens per ms of predicted time",
         "table5": table.to_dict(),
         **({"note": AR_ONLY_NOTE} if trace.num_nodes == 0 else {}),
+        **_cpu_note(profile),
     }
+
+
+def _cpu_note(profile) -> dict:
+    """With experts on the CPU, which cost Proposition 1's margins are of (docs/cpu-experts.md)."""
+    from simmoe.hardware.cpu_forward import CpuForward
+
+    phys = getattr(profile, "physical", None)
+    return {"cost_note": CPU_NOTE.format(placement=phys.placement.text)} if isinstance(phys, CpuForward) else {}
 
 
 def _fmt(value) -> str:
@@ -146,5 +159,6 @@ def print_table(report: dict) -> None:
         table.add_row(text, _fmt(value * scale if scale != 1 else value))
     console = make_console(width=None, highlight=True)
     console.print(table)
-    if report.get("note"):
-        console.print(f"Note: {report['note']}.")
+    for key in ("note", "cost_note"):
+        if report.get(key):
+            console.print(f"Note: {report[key]}.")

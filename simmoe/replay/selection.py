@@ -108,7 +108,10 @@ def evict_table(trace, profile, batch: int = 1) -> tuple[float, ...]:
 
     A physical profile's table is profiled on the trace at this batch size:
     resident, the physical forward (:func:`simmoe.hardware.physical.profile_evict_cost`);
-    offloaded, its linear cost b_k + β·F without a cache over the profiled unions.
+    with experts on the CPU, the same profiling with the placement's forward
+    (:class:`simmoe.hardware.cpu_forward.CpuForward`; a cache placement's layers count every
+    expert on the CPU, as a cold cache); offloaded, its linear cost b_k + β·F without a cache
+    over the profiled unions.
     Any other profile's table is its ``evict.cost_ms``.  Memoized per (trace, profile, batch).
     """
     phys = getattr(profile, "physical", None)
@@ -130,7 +133,9 @@ def evict_table(trace, profile, batch: int = 1) -> tuple[float, ...]:
 
 def _profile_evict_table(trace, profile, phys, batch: int) -> tuple[float, ...]:
     samples = 256 if batch <= 1 else max(16, 512 // batch)
-    if profile.resident:
+    from simmoe.hardware.cpu_forward import CpuForward
+
+    if profile.resident or isinstance(phys, CpuForward):    # the forward itself, resident or CPU-placed
         from simmoe.hardware.physical import profile_evict_cost
 
         return profile_evict_cost(trace, phys, samples=samples, batch=batch)
