@@ -185,7 +185,8 @@ def cpu_profile_fields(name: str, terms: CpuTerms | None = None) -> dict:
     b, beta = fwd.cost_model(64, levels=4)
     one, two = fwd.forward_ms(1, 0.0), fwd.forward_ms(2, 0.0)
     e_mean = float(fwd.E.mean()) if fwd.L_moe else 0.0
-    copy = e_mean / fwd.link_bw * 1e3
+    # from the rounded bytes the profile records, or validate() finds the copy faster than its link allows
+    copy = round(e_mean) / fwd.link_bw * 1e3
     return dict(
         name=name, device=f"{fwd.gpu.gpu.name} + {fwd.cpu.name}", model=fwd.model.name,
         expert_bytes=int(round(e_mean)), num_layers=fwd.L_moe, resident=False, copies_in_flight=1,
