@@ -40,3 +40,27 @@ class NGramDrafter(Drafter):
             ranked = sorted(votes.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
             out.append(([t for t, _ in ranked], [v / total for _, v in ranked]))
         return out
+
+
+class LookaheadDrafter(NGramDrafter):
+    """Lookahead's pool shape on the same retrieval: ``k`` branches at the root, each continued as a chain.
+
+    The root's children are the ``k`` best-voted continuations; every deeper
+    node gets its single best continuation, so a pool grown with
+    :func:`lookahead_spec` is ``branches`` chains of ``branch_length`` tokens,
+    the shape of the simulator's ``lookahead`` drafter (simmoe.drafters).
+    """
+
+    name = "lookahead"
+
+    def children(self, context, pool, frontier, k):
+        out = super().children(context, pool, frontier, k)
+        return [(toks, probs) if f < 0 else (toks[:1], probs[:1]) for f, (toks, probs) in zip(frontier, out)]
+
+
+def lookahead_spec(branches: int, branch_length: int):
+    """The pool spec that grows ``branches`` chains of ``branch_length`` tokens with :class:`LookaheadDrafter`."""
+    from hwprobe.pool import PoolSpec
+
+    return PoolSpec(expand_topk=branches, expand_nodes=branches, depth=branch_length,
+                    max_nodes=branches * branch_length)
