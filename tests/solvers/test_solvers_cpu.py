@@ -328,13 +328,25 @@ def test_a_stopped_search_is_legal_and_certifies_a_bound(monkeypatch):
             assert sel.upper_bound >= sel.ratio
 
 
-def test_time_limit_on_a_larger_pool_keeps_its_word():
+@pytest.mark.parametrize("read, compute", [(0.05, 0.03), (np.resize([0.05, 0.0625], 8), 0.006),
+                                           (0.05, 0.006)], ids=["mixed", "layers", "read"])
+def test_time_limit_on_a_larger_pool_keeps_its_word(read, compute):
+    # the search alone (mixed), and after the relaxation (weighted, or one read time)
     rp = _shaped(0, 64)
-    cost = CpuCostModel([5.0 + 0.2 * j for j in range(33)], 0.05, 0.03)
+    cost = CpuCostModel([5.0 + 0.2 * j for j in range(33)], read, compute)
     full = select_exact_cpu(rp, 32, cost)
     assert full.exact and full.upper_bound == full.ratio
-    quick = select_exact_cpu(rp, 32, cost, time_limit=1e-4)
-    assert quick.ratio <= full.ratio <= quick.upper_bound
+    for limit in (1e-4, 3e-3):
+        quick = select_exact_cpu(routed_again(rp), 32, cost, time_limit=limit)
+        assert rp.pool.is_legal(quick.nodes) and quick.size <= 32
+        assert quick.ratio <= full.ratio <= quick.upper_bound
+        if quick.exact:         # finished within the limit: the same answer
+            assert quick == full
+
+
+def routed_again(rp: RoutedPool) -> RoutedPool:
+    """The same pool without its cached views (a time-limited call then pays for them)."""
+    return RoutedPool(rp.pool, rp.pairs, rp.start, rp.root_pairs, rp.routes)
 
 
 def test_dinkelbach_equals_the_best_ratio_of_expectations():
