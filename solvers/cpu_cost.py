@@ -243,8 +243,9 @@ class CpuView:
         owner = np.repeat(np.arange(pool.n), np.diff(rpool.start))[on]
         d = d_all[on]
         self.holders = np.bincount(d, minlength=keep.size).astype(np.int64)
-        self.node_idx: tuple[np.ndarray, ...] = tuple(np.split(
-            d, np.searchsorted(owner, np.arange(1, pool.n))))
+        bounds = np.searchsorted(owner, np.arange(pool.n + 1)).tolist()
+        self.node_idx: tuple[np.ndarray, ...] = tuple(
+            d[bounds[v]:bounds[v + 1]] for v in range(pool.n))
         # steps of c past the rest of the forward's m tokens: the first, c(m+1) − c(m), and
         # the smallest of any later one: c(2) − c(1) when m = 0, else the first (c is convex
         # from n = 1 on, so its steps only grow there)
@@ -256,12 +257,14 @@ class CpuView:
         solo = (self.holders[d] == 1) & (self.root_counts[d] == 0)
         # the pairs v holds first in id order (none held by the root) cost the first step
         # when v is added in id order; any other pair at least the smallest later step
-        fresh = np.zeros(d.size, dtype=bool)
-        fresh[np.unique(d, return_index=True)[1]] = True
-        fresh &= self.root_counts[d] == 0
-        shared = ~solo
-        self.idx: tuple[np.ndarray, ...] = tuple(np.split(
-            d[shared], np.searchsorted(owner[shared], np.arange(1, pool.n))))
+        seen = self.root_counts > 0
+        fresh_parts = []
+        for part in self.node_idx:      # a node's pairs are distinct: one lookup each
+            fresh_parts.append(~seen[part])
+            seen[part] = True
+        fresh = np.concatenate(fresh_parts) if fresh_parts else np.zeros(0, dtype=bool)
+        self.idx: tuple[np.ndarray, ...] = tuple(
+            part[~solo[bounds[v]:bounds[v + 1]]] for v, part in enumerate(self.node_idx))
         self.alone = _per_node(np.where(solo, step1[d], 0.0), owner, pool.n)
         self.credit = _per_node(np.where(fresh, step1[d], later[d]), owner, pool.n)
         self.gamma = _per_node(per_token[d], owner, pool.n)
