@@ -31,18 +31,15 @@ from pathlib import Path
 
 from simmoe.errors import SimmoeError, one_line_parser
 from simmoe.progress import bar as progress_bar
+from simmoe.report.cpu_experts_render import SELECTORS, SYSTEMS
 
 MODELS = ("qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3")
-# (key, label, GPU, CPU)
-SYSTEMS = (("desktop", "desktop", "rtx4090", "ryzen9-7950x"), ("hedt", "HEDT", "rtx2080", "i9-10900x"),
-           ("server", "server", "rtx4090", "epyc-9654"))
 FORMAT = "q4_k_m"
-SELECTORS = ("ar", "eagle3", "evict", "specfit", "llama-chain")
 LAYER_POINTS, QUICK_LAYER_POINTS = 7, 4            # N evenly from 0 to the decoder layers, and the fewest that fit
-CACHE_FRACTIONS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)   # slots per layer, a share of each layer's experts
+# slots per layer, a share of each layer's experts (the smallest so that DeepSeek-V3's fit in 24 GB)
+CACHE_FRACTIONS = (1 / 128, 1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
 QUICK_CACHE_FRACTIONS = (1 / 16, 1 / 4)
 PRESET = "gsm8k"
-C_K = (2, 4, 8)                                     # C(k)/C(1) shown at these k (and the pool's largest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +156,7 @@ def plan(model: str, system: str, trace, setting: Setting) -> tuple[list, list]:
                     | {x for x in [fewest_layers(model, system)] if x is not None}):
         add("layers", f"cpu-layers:{n}", n, ("ar",))
     add("layers", "cpu-all", "all", ("ar",))
-    sizes = [max(1, int(round(f * N))) for f in setting.fractions]
+    sizes = sorted({max(1, int(round(f * N))) for f in setting.fractions})
     for kind in ("misses", "fiddler"):
         for s in ([0] if kind == "fiddler" else []) + sizes:
             add(kind, "cpu-misses" if kind == "misses" else "fiddler", s, ("ar",), s)

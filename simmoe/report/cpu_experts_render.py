@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 
-SPEC = ("eagle3", "evict", "specfit", "llama-chain")
+# (key, label, GPU, CPU): the systems of the report (the runs in simmoe.report.cpu_experts read them here)
+SYSTEMS = (("desktop", "desktop", "rtx4090", "ryzen9-7950x"), ("hedt", "HEDT", "rtx2080", "i9-10900x"),
+           ("server", "server", "rtx4090", "epyc-9654"))
+SELECTORS = ("ar", "eagle3", "evict", "specfit", "llama-chain")
+C_K = (2, 4, 8)                                     # C(k)/C(1) shown at these k (and the pool's largest)
 NAMES = {"ar": "AR", "eagle3": "EAGLE-3", "evict": "EVICT", "specfit": "SpecFit", "llama-chain": "llama-chain"}
 
 
 def _sys(key: str):
-    from simmoe.report.cpu_experts import SYSTEMS
-
     return next(s for s in SYSTEMS if s[0] == key)
 
 
@@ -224,7 +226,7 @@ def _system_section(rows, ck, model: str, system: str) -> list[str]:
         return out + [f"Every placement refused: {reasons.pop()}.", ""]      # the model does not fit at all
     out += ["AR, `cpu-layers:N` (llama.cpp `--n-cpu-moe N`) and `cpu-all`:", ""]
     body = []
-    for r in [r for r in rows if r["kind"] == "layers"]:
+    for r in sorted((r for r in rows if r["kind"] == "layers"), key=lambda r: (r["x"] == "all", str(r["x"]).zfill(4))):
         if r["status"] != "ok":
             body.append([r["placement"], "refused", r["reason"], "", ""])
         else:
@@ -234,7 +236,7 @@ def _system_section(rows, ck, model: str, system: str) -> list[str]:
     out += ["AR with a GPU expert cache (LRU): misses computed on the CPU (`cpu-misses`), or Fiddler's "
             "copy-or-compute rule (`fiddler`; 0 slots: no cache):", ""]
     body = []
-    for r in [r for r in rows if r["kind"] in ("misses", "fiddler")]:
+    for r in sorted((r for r in rows if r["kind"] in ("misses", "fiddler")), key=lambda r: (r["kind"] != "misses", r["slots"])):
         size = f"{r['slots']} ({_f(r['mib'], '{:.0f}')} MiB)"
         if r["status"] != "ok":
             body.append([r["placement"], size, "refused", r["reason"], "", ""])
@@ -248,7 +250,6 @@ def _system_section(rows, ck, model: str, system: str) -> list[str]:
 
 
 def _spec_table(rows, ck, system: str) -> list[str]:
-    from simmoe.report.cpu_experts import C_K, SELECTORS
     from simmoe.report.tables import md_table
 
     spec = [r for r in rows if r["kind"] == "spec"]
@@ -317,7 +318,8 @@ def _cache_figure(rows, f, setting) -> bytes:
             if pts:
                 ax.plot(*zip(*pts, strict=True), style, marker="o",
                         label=f"{_sys(system)[1]}, {'cpu-misses' if kind == 'misses' else 'fiddler'}")
-    ax.set_xlabel("GPU expert cache (MiB, LRU); sizes that do not fit left out")
+    ax.set_xscale("log")
+    ax.set_xlabel("GPU expert cache (MiB, LRU, log scale); sizes that do not fit left out")
     ax.set_ylabel("AR tokens/s (predicted)")
     ax.set_title(_title("AR tokens/s against the GPU cache's size", f), fontsize=9)
     ax.legend(fontsize=7)
