@@ -114,7 +114,7 @@ class Comparison:
     live_cycles: int
     counts: TextCounts
     simulated: Simulated            # the text's stretches (simmoe.validation.lookahead.text_workload)
-    simulated_default: Simulated    # the generator's default stretches, for comparison
+    simulated_default: Simulated | None = None   # the generator's default stretches, for comparison
 
     @property
     def error(self) -> float:
@@ -122,13 +122,14 @@ class Comparison:
         return (self.simulated.mat - self.live_mat) / self.live_mat
 
     @property
-    def error_default(self) -> float:
-        return (self.simulated_default.mat - self.live_mat) / self.live_mat
+    def error_default(self) -> float | None:
+        d = self.simulated_default
+        return None if d is None else (d.mat - self.live_mat) / self.live_mat
 
 
 def compare(requests: list[LiveLookahead], *, branches: int, branch_length: int, draft_tokens: int,
-            replicas: int = 8, seed: int = 0) -> Comparison:
-    """The live Mat, the text's counts, and the simulated Mat of the same requests."""
+            replicas: int = 32, seed: int = 0, workloads=WORKLOADS) -> Comparison:
+    """The live Mat, the text's counts, and the simulated Mat of the same requests (``workloads``: text first)."""
     capped = [a for r in requests for a in r.accepted_capped()]
     raw = [a for r in requests for _, a in r.cycles]
     per = [text_counts(r.prompt, r.output, branches=branches, branch_length=branch_length) for r in requests]
@@ -137,14 +138,15 @@ def compare(requests: list[LiveLookahead], *, branches: int, branch_length: int,
         counts = counts + one
     sims = {w: simulate_mat(counts, [len(r.output) for r in requests], branches=branches,
                             branch_length=branch_length, draft_tokens=draft_tokens, replicas=replicas, seed=seed,
-                            workload=w) for w in WORKLOADS}
+                            workload=w) for w in workloads}
     return Comparison(live_mat=1.0 + sum(capped) / len(capped), live_mat_uncapped=1.0 + sum(raw) / len(raw),
                       live_cycles=len(capped), counts=counts, simulated=sims["text"],
-                      simulated_default=sims["default"])
+                      simulated_default=sims.get("default"))
 
 
 def run(model, tokenizer, prompts, *, max_new_tokens: int = 48, branches: int = 4, branch_length: int = 6,
-        draft_tokens: int = 16, replicas: int = 8, seed: int = 0, check: bool = True) -> Comparison:
+        draft_tokens: int = 16, replicas: int = 32, seed: int = 0, check: bool = True,
+        workloads=WORKLOADS) -> Comparison:
     """Live lookahead on ``prompts`` (hwprobe.prompts.Prompt), then :func:`compare`."""
     eos = getattr(tokenizer, "eos_token_id", None)
     reqs = []
@@ -154,7 +156,7 @@ def run(model, tokenizer, prompts, *, max_new_tokens: int = 48, branches: int = 
                                      draft_tokens=draft_tokens, eos=eos, check=check)
         reqs.append(LiveLookahead(p.question_id, ids, out, cycles))
     return compare(reqs, branches=branches, branch_length=branch_length, draft_tokens=draft_tokens,
-                   replicas=replicas, seed=seed)
+                   replicas=replicas, seed=seed, workloads=workloads)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--branches", type=int, default=4)
     ap.add_argument("--branch-length", type=int, default=6)
     ap.add_argument("--draft-tokens", type=int, default=16)
-    ap.add_argument("--replicas", type=int, default=16, help="synthetic replicas of every request (default 16)")
+    ap.add_argument("--replicas", type=int, default=32, help="synthetic replicas of every request (default 32)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the numbers to this file")
     args = ap.parse_args(argv)
@@ -215,14 +217,16 @@ def _main(args) -> int:
     print(f"live Mat {cmp.live_mat:.3f} over {cmp.live_cycles} cycles (uncapped {cmp.live_mat_uncapped:.3f})")
     print(f"simulated Mat {s.mat:.3f} +- {s.mat_se:.3f} (SYNTHETIC, {s.replicas} replicas, {s.cycles} cycles); "
           f"error {100 * cmp.error:+.1f} %")
-    print(f"  with the generator's default stretches: {d.mat:.3f} +- {d.mat_se:.3f}, "
-          f"error {100 * cmp.error_default:+.1f} %")
+    if d is not None and cmp.error_default is not None:
+        print(f"  with the generator's default stretches: {d.mat:.3f} +- {d.mat_se:.3f}, "
+              f"error {100 * cmp.error_default:+.1f} %")
     if args.json:
         from simmoe.atomicio import write_text_atomic
 
         out = {"live_mat": cmp.live_mat, "live_mat_uncapped": cmp.live_mat_uncapped, "live_cycles": cmp.live_cycles,
                "counts": asdict(c), "simulated": asdict(s), "error": cmp.error, "synthetic": True,
-               "simulated_default_stretches": asdict(d), "error_default_stretches": cmp.error_default,
+               "simulated_default_stretches": asdict(d) if d is not None else None,
+               "error_default_stretches": cmp.error_default,
                "prompts": [p.question_id for p in prompts]}
         write_text_atomic(args.json, json.dumps(out, indent=1) + "\n")
     return 0
