@@ -16,9 +16,9 @@
    simulator's ``hit``, ``spread`` and ``follow`` from those counts and
    replays synthetic traces of requests of the same output lengths.
 
-Mat does not depend on the expert cache or the clock, so the live run uses
-the model as loaded (no offloading): ``hwprobe live --drafter ngram`` would
-accept the same tokens with the same pools.
+Mat reads neither the expert cache nor a clock, so the live run uses the
+model as loaded, without the offloaded backend and the timers of
+``hwprobe live``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def text_counts(prompt: list[int], output: list[int], *, branches: int, branch_l
     pool is grown as the live run grows it; counted: whether its best
     branch's first token is ``output[t+1]``, else another branch's; then, down
     the matching branch, each further token while the text lasts (a branch
-    ending early is a miss).  O(n · pool nodes · context · n-gram order).
+    ending early is a miss); and the runs of positions whose best branch is
+    right, and wrong.  O(n · pool nodes · context · n-gram order).
     """
     from hwprobe.drafters.ngram import LookaheadDrafter
     from hwprobe.pool import build_pool
