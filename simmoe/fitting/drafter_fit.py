@@ -13,7 +13,8 @@
   Table 6's DFlash at batch 4: QA 603, HumanEval 1,398 (steady-state tokens/s).
 
 Each parameter is a root of a monotone tokens/s curve, found by the Illinois
-method on short seeded replays (a few evaluations, 0.5 % tolerance); a target
+method on short seeded replays (0.5 % tolerance, or the last of at most
+``MAX_EVALS`` replays: the curve of a seeded workload is a little noisy); a target
 outside the parameter's range is a finding: the bound is kept and the file
 says how far it is.  Everything else Lookahead and DFlash give (Table 1 at
 temperature 1, Tables 7-8, Table 6 at batch 8-64 and with EVICT) is a
