@@ -236,7 +236,8 @@ def _system_section(rows, ck, model: str, system: str) -> list[str]:
     out += ["AR with a GPU expert cache (LRU): misses computed on the CPU (`cpu-misses`), or Fiddler's "
             "copy-or-compute rule (`fiddler`; 0 slots: no cache):", ""]
     body = []
-    for r in sorted((r for r in rows if r["kind"] in ("misses", "fiddler")), key=lambda r: (r["kind"] != "misses", r["slots"])):
+    cache_rows = [r for r in rows if r["kind"] in ("misses", "fiddler")]
+    for r in sorted(cache_rows, key=lambda r: (r["kind"] != "misses", r["slots"])):
         size = f"{r['slots']} ({_f(r['mib'], '{:.0f}')} MiB)"
         if r["status"] != "ok":
             body.append([r["placement"], size, "refused", r["reason"], "", ""])
