@@ -31,7 +31,7 @@ from pathlib import Path
 
 from simmoe.errors import SimmoeError, one_line_parser
 from simmoe.progress import bar as progress_bar
-from simmoe.report.cpu_experts_render import SELECTORS, SYSTEMS
+from simmoe.report.cpu_experts_render import FITTED, SELECTORS, SYSTEMS
 
 MODELS = ("qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3")
 FORMAT = "q4_k_m"
@@ -152,7 +152,8 @@ def plan(model: str, system: str, trace, setting: Setting) -> tuple[list, list]:
                                selector_ms=0.0, seed=setting.seed)
             jobs.append((lab, prof, cfg))
 
-    for n in sorted(set(layer_points(load_model(model).decoder_layers, setting.quick))
+    fitted = {FITTED[2]} if (model, system) == FITTED[:2] else set()
+    for n in sorted(set(layer_points(load_model(model).decoder_layers, setting.quick)) | fitted
                     | {x for x in [fewest_layers(model, system)] if x is not None}):
         add("layers", f"cpu-layers:{n}", n, ("ar",))
     add("layers", "cpu-all", "all", ("ar",))

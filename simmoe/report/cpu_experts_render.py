@@ -12,8 +12,17 @@ import math
 SYSTEMS = (("desktop", "desktop", "rtx4090", "ryzen9-7950x"), ("hedt", "HEDT", "rtx2080", "i9-10900x"),
            ("server", "server", "rtx4090", "epyc-9654"))
 SELECTORS = ("ar", "eagle3", "evict", "specfit", "llama-chain")
+# the fitted figure's model, system and --n-cpu-moe (llmfit PR #755; its tokens/s in published.json)
+FITTED = ("qwen3-30b-a3b", "hedt", 36)
+FIGURE = ("cpu_experts", "llmfit_pr755_rtx2080_i9_10900x")
 C_K = (2, 4, 8)                                     # C(k)/C(1) shown at these k (and the pool's largest)
 NAMES = {"ar": "AR", "eagle3": "EAGLE-3", "evict": "EVICT", "specfit": "SpecFit", "llama-chain": "llama-chain"}
+
+
+def _figure() -> dict:
+    from simmoe.published import PUBLISHED
+
+    return PUBLISHED[FIGURE[0]][FIGURE[1]]
 
 
 def _sys(key: str):
@@ -177,11 +186,10 @@ def _ck_lines(ck) -> list[str]:
 # -- markdown -----------------------------------------------------------------------------------------------
 def render(rows, ck, facts, setting, command: str, wall_s: float, figdir: str) -> str:
     from simmoe.hardware.cpu_forward import load_cpu_terms
-    from simmoe.published import PUBLISHED
     from simmoe.report.tables import md_table
 
     terms = load_cpu_terms()
-    fig = PUBLISHED["cpu_experts"]["llmfit_pr755_rtx2080_i9_10900x"]
+    fig = _figure()
     lines = ["# Experts computed on the CPU: AR and speculative decoding (SYNTHETIC traces, predictions)", "",
              f"Regenerate: `{command}` ({wall_s / 60:.1f} min on this machine's 2 cores).", "",
              "**Every number below is a prediction** of the cost model of docs/cpu-experts.md, replayed on "
@@ -230,8 +238,10 @@ def _system_section(rows, ck, model: str, system: str) -> list[str]:
         if r["status"] != "ok":
             body.append([r["placement"], "refused", r["reason"], "", ""])
         else:
-            body.append([r["placement"], _f(r["tps"]), _f(r["cpu_ms"], "{:.2f}"), _f(r["gpu_ms"], "{:.2f}"),
-                         _f(r["dram_gb"], "{:.3f}")])
+            fit = (f" (η_mem fitted here to {_figure()['generation_tokens_per_s']}, one token without context)"
+                   if (r["model"], r["system"], r["x"]) == FITTED else "")
+            body.append([r["placement"], _f(r["tps"]) + fit,
+                         _f(r["cpu_ms"], "{:.2f}"), _f(r["gpu_ms"], "{:.2f}"), _f(r["dram_gb"], "{:.3f}")])
     out += [md_table(["placement", "tokens/s", "CPU ms/token", "GPU ms/token", "DRAM GB/token"], body), ""]
     out += ["AR with a GPU expert cache (LRU): misses computed on the CPU (`cpu-misses`), or Fiddler's "
             "copy-or-compute rule (`fiddler`; 0 slots: no cache):", ""]

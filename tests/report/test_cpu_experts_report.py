@@ -22,7 +22,7 @@ def fake_rows() -> tuple[list[dict], dict, list[dict]]:
                 "gpu_share": 0.5, "copies": 0.0, "mib": 100.0}
         rows.append({**base, "kind": "layers", "placement": "cpu-layers:0", "x": 0, "slots": 0, "selector": "ar",
                      "status": "refused", "reason": "the GPU's part takes 9.5 GiB"})
-        for n in (10, 20):
+        for n in (10, 20, 36):
             rows.append({**base, "kind": "layers", "placement": f"cpu-layers:{n}", "x": n, "slots": 0,
                          "selector": "ar", "tps": 50.0 - n + i})
         for kind in ("misses", "fiddler"):
@@ -55,6 +55,8 @@ def test_every_model_and_system_has_its_section_with_labels_and_the_fitted_term(
     assert "EAGLE-3 in `cpu-all` is 0.75× AR; SpecFit recovers 1.25× AR" in text
     assert "C(2)/C(1) across the placements: 1.25–1.25" in text
     assert "| `cpu-all` | 40.0 | 30.0 (0.75×, " in text
+    # the fitted figure's row says so, once: Qwen3-30B-A3B on the HEDT at --n-cpu-moe 36, 36.7 published
+    assert text.count("η_mem fitted here to 36.7") == 1
 
 
 def test_a_model_that_fits_no_placement_is_one_refusal_line():
