@@ -6,9 +6,11 @@
    :class:`~hwprobe.drafters.ngram.LookaheadDrafter` (``branches`` n-gram
    branches of ``branch_length`` tokens from the request's own context),
    the ``draft_tokens`` nodes of highest path probability verified per
-   cycle; the output is checked equal to plain greedy decoding.  Mat = 1 +
-   accepted per cycle, the accepted tokens capped at the positions left in
-   the output (a synthetic pool never reaches past its request's end).
+   cycle; the output is checked equal to plain greedy decoding.  Cycles as
+   the replay walks a request (one at the final position when the cursor
+   lands there, as ``hwprobe live`` runs it); Mat = 1 + accepted per cycle,
+   the accepted tokens capped at the positions left in the output (a
+   synthetic pool never reaches past its request's end).
 2. **text**: on the committed text, at *every* output position (not only
    where the live run drafted), the branches the drafter retrieves are
    compared with the text that follows (:func:`text_counts`);
@@ -57,6 +59,10 @@ def live_lookahead(model, prompt: list[int], max_new_tokens: int, *, branches: i
     for committed in res.committed:
         cycles.append((t, committed - 1))
         t += committed
+    if t == len(res.tokens) - 1:
+        # the last token came as the previous cycle's next root; the replay (and hwprobe live) still walks a
+        # cycle at that position, committing it alone
+        cycles.append((t, 0))
     if check and res.tokens != greedy_generate(model, list(prompt), max_new_tokens, eos):
         raise HwprobeError("lookahead decoding differs from greedy decoding: a bug in the tree verification")
     return res.tokens, cycles

@@ -26,7 +26,8 @@ def add_model_args(p, *, drafter: bool = True) -> None:
                    help="attention implementation (auto: sdpa, or eager where the architecture needs it)")
     p.add_argument("--seed", type=int, default=0, help="seed of random weights")
     if drafter:
-        p.add_argument("--drafter", default="auto", choices=["auto", "ngram", "draft-lm", "eagle3", "random", "target"],
+        p.add_argument("--drafter", default="auto", choices=["auto", "ngram", "lookahead", "draft-lm", "eagle3",
+                                                             "random", "target"],
                        help="auto: the tiny drafter for --model tiny, random for --config (random weights), "
                        "else ngram; target: a copy of the target whose top child is wrong with probability "
                        "1 - --agreement (controllable acceptance)")

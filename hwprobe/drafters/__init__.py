@@ -14,13 +14,16 @@ from hwprobe.drafters.base import Drafter  # noqa: F401  (re-exported: the inter
 
 
 def make_drafter(kind: str, *, target=None, path=None, device=None, **kw) -> Drafter:
-    """Build a drafter by name: ``ngram``, ``draft-lm`` (``path``), ``eagle3`` (``path``), ``random``, ``target``."""
+    """A drafter by name: ``ngram``, ``lookahead``, ``draft-lm``, ``eagle3`` (both ``path``), ``random``, ``target``."""
     from hwprobe.cli import HwprobeError
 
     kw_dtype = kw.pop("dtype", None)     # the draft LM's weights dtype (the target's --dtype)
     if kind == "ngram":
         from hwprobe.drafters.ngram import NGramDrafter
         return NGramDrafter(**kw)
+    if kind == "lookahead":   # the n-gram retrieval in Lookahead's shape (a pool spec of branches x length)
+        from hwprobe.drafters.ngram import LookaheadDrafter
+        return LookaheadDrafter(**kw)
     if kind == "draft-lm":
         from hwprobe.drafters.draft_lm import DraftLMDrafter
         return DraftLMDrafter.from_dir(path, device=device, dtype=kw_dtype)
@@ -33,4 +36,4 @@ def make_drafter(kind: str, *, target=None, path=None, device=None, **kw) -> Dra
     if kind == "target":
         from hwprobe.drafters.target_derived import TargetDerivedDrafter
         return TargetDerivedDrafter(target, **kw)
-    raise HwprobeError(f"unknown drafter {kind!r}; known: ngram, draft-lm, eagle3, random, target")
+    raise HwprobeError(f"unknown drafter {kind!r}; known: ngram, lookahead, draft-lm, eagle3, random, target")
