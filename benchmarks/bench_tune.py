@@ -37,6 +37,8 @@ def run_tune(args) -> tuple[float, dict]:
         out = Path(tmp) / "tune.json"
         cmd = [sys.executable, "-m", "simmoe", "tune", "--hardware", args.hardware, "--workload", args.workload,
                "--engine", args.engine, "--workers", str(args.workers), "--no-progress", "--json", str(out)]
+        if args.budget:
+            cmd += ["--budget", args.budget]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                        stdout=subprocess.DEVNULL)
@@ -85,6 +87,7 @@ def main() -> int:
     ap.add_argument("--engine", default="sglang")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--grid-workers", type=int, default=2)
+    ap.add_argument("--budget", default=None, help="the tune's --budget (default: its own default)")
     ap.add_argument("--no-grid", action="store_true")
     ap.add_argument("--grid-cache", default=None, metavar="FILE",
                     help="keep the grid's rows here and reuse them (the grid does not depend on the search)")
@@ -98,7 +101,8 @@ def main() -> int:
     lines = ["# simmoe tune benchmark (predictions on SYNTHETIC traces)", "", f"Machine: {os.cpu_count()} cores; "
              f"`uptime` after the tune's run, before the grid: {load}.", "",
              f"`simmoe tune --hardware {args.hardware} --workload {args.workload} --engine {args.engine} "
-             f"--workers {args.workers}` (default budget): **{wall:.1f} s** wall, a fresh process "
+             f"--workers {args.workers}`" + (f" --budget {args.budget}" if args.budget else " (default budget)")
+             + f": **{wall:.1f} s** wall, a fresh process "
              f"(goal ≤ 60 s); {doc['search']['evaluations']} evaluations of a {doc['search']['space_size']}-"
              f"configuration space, last rung {doc['search']['requests']} requests.",
              f"Best: {best['label']}, {best['tokens_per_s']:.1f} tokens/s predicted ({best['speedup']:.2f}x AR)."]
