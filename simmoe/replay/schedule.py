@@ -218,8 +218,9 @@ def _select(st: Stages, active, rows, context: int, available, overhead) -> list
         if available is not None:
             view.available = available
         if covered is not None:
-            others = ((covered[0] - _own(st, view)) > 0) | covered[1]
-            view = sel.priced(view, StepInfo(len(active), slot, others_tokens, others), others_tokens, context)
+            rest = (covered[0] - _own(st, view)) + covered[1]    # the others' tokens per expert
+            others = rest > 0
+            view = sel.priced(view, StepInfo(len(active), slot, others_tokens, others), others_tokens, context, rest)
         spent = overhead() if overhead is not None else 0.0
         choice, wall, cpu_ms = sel.choose(view, r, int(i - st.starts[r]))
         if overhead is not None:
@@ -228,8 +229,8 @@ def _select(st: Stages, active, rows, context: int, available, overhead) -> list
         nodes = np.asarray(choice.nodes, dtype=np.int64)
         depth = pool_depth[i]
         if covered is not None and len(nodes):   # the selector's view of what this request adds
-            covered[1][(np.asarray(views[slot].node_routes[nodes], dtype=np.int64)
-                        + st.demand.offset[None]).ravel()] = True
+            np.add.at(covered[1], (np.asarray(views[slot].node_routes[nodes], dtype=np.int64)
+                                   + st.demand.offset[None]).ravel(), 1)
         others_tokens += len(nodes)
         out.append((nodes, st.verification.accepted(i, choice), int(choice.drafted_levels), depth, wall, cpu_ms))
     return out
@@ -250,12 +251,13 @@ def pool_depths(trace) -> list[int]:
 
 
 def _root_cover(st: Stages, views) -> tuple[np.ndarray, np.ndarray]:
-    """(how many roots of the step bring each expert, what earlier slots' selections bring), flat."""
+    """(how many roots of the step route to each expert, how many tokens the earlier slots' selections
+    route there), flat."""
     L, N = st.demand.L, st.demand.N
-    count = np.zeros(L * N, dtype=np.int16)
+    count = np.zeros(L * N, dtype=np.int32)
     for v in views:
         count[np.unique((np.asarray(v.root_routes, dtype=np.int64) + st.demand.offset).ravel())] += 1
-    return count, np.zeros(L * N, dtype=bool)
+    return count, np.zeros(L * N, dtype=np.int32)
 
 
 def _own(st: Stages, view) -> np.ndarray:

@@ -53,6 +53,11 @@ def selector_context(trace, profile, config, batch: int = 1, flags: dict[str, bo
     """
     flags = selector_flags(config.selector) if flags is None else flags
     cost = profile.cost_model(config.cache_active) if flags["uses_cost"] else NO_CONTEXT_COST
+    if flags["uses_cost"] and getattr(getattr(profile, "physical", None), "placement", None) is not None:
+        # experts on the CPU: SpecFit's exact cost too
+        from simmoe.replay.selection_cpu import priced_cost
+
+        cost = priced_cost(profile, cost)
     evict = evict_table(trace, profile, batch) if flags["uses_evict_cost"] else ()
     options = dict(config.options)
     if flags["uses_residency"]:
@@ -75,12 +80,16 @@ class BatchCost:
         self.base = base_cost
         self.K = int(K)
         self.levels = int(levels)
+        # a static CPU placement: SpecFit's exact cost of one request of the batch (selection_cpu)
+        self.cpu_fwd = getattr(profile, "physical", None) if getattr(base_cost, "cpu", None) is not None else None
 
-    def cost(self, other_tokens: int, covered_per_layer: np.ndarray, context: float, requests: int):
+    def cost(self, other_tokens: int, covered_per_layer: np.ndarray, context: float, requests: int,
+             tokens: np.ndarray | None = None):
         """``solvers.CostModel`` for a request whose step already holds ``other_tokens`` tokens.
 
         ``covered_per_layer``: the experts per MoE layer the others already bring;
-        ``context``: the step's context tokens, summed over its ``requests``.
+        ``context``: the step's context tokens, summed over its ``requests``;
+        ``tokens``: the others' tokens per (layer, expert) [L, N], for a static CPU placement.
         """
         from solvers.cost import CostModel
 
@@ -88,9 +97,13 @@ class BatchCost:
             return self.base
         if self.phys is None:   # offload: the event model's linear terms of the step
             shift = self.token_ms * max(int(other_tokens), 0) + self.base.beta * float(np.sum(covered_per_layer))
-            if shift <= 0:
-                return self.base
-            return CostModel([x + shift for x in self.base.b], self.base.beta)
+            out = self.base if shift <= 0 else CostModel([x + shift for x in self.base.b], self.base.beta)
+            if self.cpu_fwd is not None and tokens is not None:
+                from simmoe.replay.selection_cpu import batch_cpu_cost
+
+                return batch_cpu_cost(self.cpu_fwd, out, self.K, self.levels, other_tokens, tokens, context,
+                                      requests)
+            return out
         p = self.phys
         j = np.arange(self.K + 1, dtype=np.float64)
         n = other_tokens + 1 + j
@@ -185,8 +198,10 @@ class SelectionStage:
         except Exception as exc:
             raise plugins.plugin_error("selector", self.name, exc, "in prepare()") from None
 
-    def priced(self, view: PoolView, info: StepInfo, others_tokens: int, context: float) -> PoolView:
-        """``view`` priced for the step it joins: the others' experts free, the batch-aware cost."""
+    def priced(self, view: PoolView, info: StepInfo, others_tokens: int, context: float,
+               tokens: np.ndarray | None = None) -> PoolView:
+        """``view`` priced for the step it joins: the others' experts free, the batch-aware cost
+        (``tokens``: the others' tokens per flat (layer, expert), which a static CPU placement prices)."""
         if self.batch_cost is None or info.size <= 1 or info.covered is None:
             return view
         L, N = self.g.num_layers, self.g.num_experts
@@ -194,7 +209,8 @@ class SelectionStage:
         view = replace(view, _pool=None, batch=replace(info, covered=_read_only(covered)))
         view._pool = view.pool().with_free(covered)
         view.cost = self.batch_cost.cost(others_tokens - 1, covered.sum(axis=1).astype(np.float64),
-                                         float(context), info.size)
+                                         float(context), info.size,
+                                         None if tokens is None else np.asarray(tokens).reshape(L, N))
         return view
 
     def choose(self, view: PoolView, request: int, position: int) -> tuple[Choice, float, float]:

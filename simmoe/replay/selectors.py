@@ -17,8 +17,10 @@ Names are the CLI's:
                    (EVICT Eq. 10) with the profile's C(k)
 ``ddd``            dynamic drafting depth by draft confidence, then top-K
 ``coverage``       smallest top-k prefix holding a fraction ρ of the top-K mass
-``specfit``        Eq. 5 by exact search over A_K, adaptive depth (Lemma 2)
-``specfit-full``   Eq. 5 over the full-depth pool
+``specfit``        Eq. 5 by exact search over A_K, adaptive depth (Lemma 2);
+                   with experts on the CPU in a static placement, under that
+                   regime's cost (``solvers.select_exact_cpu``)
+``specfit-full``   Eq. 5 over the full-depth pool (the same costs)
 ``optimal``        Dinkelbach λ* over the trace (App. A.1), then
                    argmax R̂ − λ*T̂ per cycle
 ``unconstrained``  largest ratio without the size limit (parametric min cut,
@@ -235,6 +237,13 @@ def _cost(selector, view: PoolView):
     return view.cost if view.cost is not None else selector.context.cost
 
 
+def _select_cpu(view: PoolView, K: int, cost, *, adaptive: bool):
+    """Eq. 5 under a static CPU placement's exact cost (:mod:`simmoe.replay.selection_cpu`)."""
+    from simmoe.replay.selection_cpu import select_cpu
+
+    return select_cpu(view, K, cost, adaptive=adaptive)
+
+
 class SpecFit(Selector):
     """Eq. 5 by exact search over A_K with adaptive drafting depth (§3.3, Lemma 2)."""
 
@@ -251,7 +260,11 @@ class SpecFit(Selector):
     def select(self, view):
         if view.size == 0:
             return Choice(_EMPTY, 0)
-        sel, levels = self._search(view.pool(), self.budget(view), _cost(self, view))
+        cost = _cost(self, view)
+        if getattr(cost, "cpu", None) is not None:    # experts on the CPU, statically placed: the exact cost
+            nodes, levels = _select_cpu(view, self.budget(view), cost, adaptive=True)
+            return Choice(np.sort(nodes), int(levels))
+        sel, levels = self._search(view.pool(), self.budget(view), cost)
         return Choice(_nodes(sel), int(levels))
 
 
@@ -271,8 +284,10 @@ class SpecFitFull(Selector):
     def select(self, view):
         if view.size == 0:
             return Choice(_EMPTY, 0)
-        return Choice(_nodes(self._search(view.pool(), self.budget(view), _cost(self, view))),
-                      view.depth)
+        cost = _cost(self, view)
+        if getattr(cost, "cpu", None) is not None:
+            return Choice(np.sort(_select_cpu(view, self.budget(view), cost, adaptive=False)[0]), view.depth)
+        return Choice(_nodes(self._search(view.pool(), self.budget(view), cost)), view.depth)
 
 
 class Optimal(Selector):
