@@ -15,8 +15,9 @@ FAST = ["--hardware", HW, "--workload", "qa", "--engine", "vllm", "--budget", "2
 
 
 def test_prints_flags_reason_and_json(tmp_path, capsys):
-    out = tmp_path / "t.json"
-    assert main(["tune", *FAST, "--json", str(out)]) == 0
+    out, fig = tmp_path / "t.json", tmp_path / "heat.png"
+    assert main(["tune", *FAST, "--json", str(out), "--figure", str(fig)]) == 0
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = capsys.readouterr().out
     assert "PREDICTIONS on synthetic traces" in text and "--speculative-config" in text
     assert "why (ms per decoded token, predicted)" in text
