@@ -13,9 +13,10 @@ in this order, each from the one figure that identifies it:
    preset shifted by one amount in logit space, searched by bisection
    (drafting-only traces, acceptance increasing in the shift) until the
    measured configuration's acceptance length matches;
-3. the served speculative iteration (``spec_iteration_ms``, paid once per
-   iteration that drafts): the measured configuration's replay moved onto
-   its measured tokens/s (exact: the term adds the same time to every
+3. the served speculative iteration's constant (``spec_iteration_ms``, paid
+   once per iteration that drafts; its part per verified token, where the
+   setting has one, is kept): the measured configuration's replay moved onto
+   its measured tokens/s (exact: the constant adds the same time to every
    drafting iteration).
 
 Everything else (every other configuration, batch size, selector) stays a

@@ -170,16 +170,22 @@ def breakdown(res, profile) -> dict:
     if tokens <= 0:
         return {}
     phys = profile.physical
-    drafting_steps = float(np.sum(np.asarray(st["levels"]) > 0))
-    spec = float(phys.o.spec_iteration_ms) if phys is not None else float(profile.draft_fixed_ms)
-    draft = float(np.sum(st["draft_ms"])) - drafting_steps * spec
+    drafting = np.asarray(st["levels"]) > 0
+    drafting_steps = float(np.sum(drafting))
+    if phys is not None:   # the served iteration a + b · verified tokens, charged with the drafting
+        b = float(getattr(phys.o, "spec_token_ms", 0.0))
+        served = drafting_steps * float(phys.o.spec_iteration_ms) \
+            + b * float(np.sum(np.asarray(st["tokens"], dtype=np.float64)[drafting]))
+    else:
+        served = drafting_steps * float(profile.draft_fixed_ms)
+    draft = float(np.sum(st["draft_ms"])) - served
     forward = float(np.sum(st["forward_ms"]))
     if profile.resident and phys is not None:
         experts = float(np.sum(st["hits"])) * phys.expert_bytes / phys.bw * 1e3
     else:
         experts = float(np.sum(st["misses"])) * profile.effective_copy_ms
     experts = min(experts, forward)
-    framework = float(np.sum(st["commit_ms"])) + float(np.sum(st["selector_ms"])) + drafting_steps * spec
+    framework = float(np.sum(st["commit_ms"])) + float(np.sum(st["selector_ms"])) + served
     return {"draft_ms_per_token": draft / tokens, "compute_ms_per_token": (forward - experts) / tokens,
             "experts_ms_per_token": experts / tokens, "framework_ms_per_token": framework / tokens,
             "experts_per_step": float(np.sum(st["hits"]) + np.sum(st["misses"])) / max(len(st["step_ms"]), 1)}
