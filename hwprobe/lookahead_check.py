@@ -193,17 +193,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args) -> int:
-    import torch
-
     from hwprobe.cli import HwprobeError
-    from hwprobe.models import load_target
     from hwprobe.prompts import read_prompts
 
     if not (1 <= args.branches <= 16 and 1 <= args.branch_length <= 32 and args.draft_tokens >= 1
             and args.max_new_tokens >= 2 and args.replicas >= 1):
         raise HwprobeError("--branches 1..16, --branch-length 1..32, --draft-tokens >= 1, --max-new-tokens >= 2, "
                            "--replicas >= 1")
-    torch.set_num_threads(1)
+    from simmoe.atomicio import check_outputs
+
+    check_outputs([("--json", args.json)], suffixes={"--json": (".json",)})
     if args.prompts is None:
         from pathlib import Path
 
@@ -211,6 +210,11 @@ def _main(args) -> int:
 
         args.prompts = Path(hwprobe.data.__file__).parent / "spec_bench_question.jsonl"
     prompts = read_prompts(args.prompts, args.category, limit=args.limit, offset=args.offset)
+    import torch
+
+    from hwprobe.models import load_target
+
+    torch.set_num_threads(1)   # the tiny model's forwards are faster on one thread, and the CPU is shared
     lm = load_target(args.model, quiet=True)
     cmp = run(lm.model, lm.tokenizer, prompts, max_new_tokens=args.max_new_tokens, branches=args.branches,
               branch_length=args.branch_length, draft_tokens=args.draft_tokens, replicas=args.replicas,

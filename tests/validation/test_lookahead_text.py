@@ -65,3 +65,18 @@ def test_simulated_mat_follows_the_texts_repetitiveness():
     often = simulate_mat(TextCounts(100, 90, 2, 300, 290, 3, 2), [40, 40], **kw)
     assert 1.0 <= rare.mat < 1.2 < 3.0 < often.mat <= 5.0
     assert rare.cycles > often.cycles
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--branches", "0"], "--branches 1..16"),
+    (["--json", "out.txt"], "--json"),
+    (["--limit", "0"], "--limit >= 1"),
+    (["--category", "nope"], "no prompts in category"),
+])
+def test_bad_input_is_one_line_before_any_model(argv, says, capsys, tmp_path, monkeypatch):
+    from hwprobe.lookahead_check import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err and not (tmp_path / "out.txt").exists()
