@@ -295,7 +295,10 @@ class Lookahead(DrafterBase):
     where a drafter model is confident too).  Both are assumptions, to be
     fitted per workload to EVICT Table 1's Lookahead tokens/s at
     temperature 0 (CALIBRATION.md); every other Lookahead figure is a
-    prediction.
+    prediction.  Where text exists, the rates and the stretches can be
+    counted on it (:mod:`simmoe.validation.lookahead`): on the tiny model
+    the rates alone, with the default stretches, put Mat 29-62 % above the
+    live lookahead's, since repetition comes in runs (docs/closed-loop.md).
 
     Cost: no drafter forward; the branches ride in the verification forward
     (the replay charges its width, as for any pool), plus ``lookup_ms`` per
