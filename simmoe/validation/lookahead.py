@@ -18,10 +18,13 @@ From the counts over every output position with a next token:
 * ``follow``: where a branch's first j tokens are the text, the share where
   its token j + 1 is too (a branch that ends early counts as a miss).
 
-Nothing here is fitted to the live acceptance; the workload's other
-parameters (its easy and hard stretches, which scale every rate by the
-position's predictability) are :class:`~simmoe.synth.SynthParams`' defaults.
-Everything the simulation gives is from synthetic traces.
+The workload's easy and hard stretches, which scale every rate by the
+position's predictability, are read off the text's runs of right and wrong
+best branches (:func:`text_workload`), or left at
+:class:`~simmoe.synth.SynthParams`' defaults (``workload="default"``, which
+misses how repetition clusters: docs/closed-loop.md).  Nothing here is
+fitted to the live acceptance.  Everything the simulation gives is from
+synthetic traces.
 """
 
 from __future__ import annotations
