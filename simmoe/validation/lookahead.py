@@ -57,8 +57,6 @@ class TextCounts:
     def __post_init__(self):
         if not (0 <= self.hits + self.others <= self.positions and 0 <= self.follow_hits <= self.follow_trials):
             raise SimmoeError(f"lookahead text counts are inconsistent: {self}")
-        if self.positions < 1:
-            raise SimmoeError("lookahead text counts: no output position with a next token")
 
     def __add__(self, other: TextCounts) -> TextCounts:
         return TextCounts(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple())))
@@ -68,8 +66,14 @@ class TextCounts:
                 self.miss_runs)
 
 
+def _check_positions(counts: TextCounts) -> None:
+    if counts.positions < 1:   # e.g. every output a single token (an end of text at once)
+        raise SimmoeError("lookahead text counts: no output position with a next token")
+
+
 def lookahead_params(counts: TextCounts, branches: int) -> dict[str, float]:
     """``hit``, ``spread``, ``follow`` measured from ``counts`` (module docstring), each in (0, 1]."""
+    _check_positions(counts)
     hit = counts.hits / counts.positions
     missed = counts.positions - counts.hits
     share = counts.others / missed if missed else 0.0
@@ -92,6 +96,7 @@ def text_workload(counts: TextCounts) -> dict[str, float]:
     with the runs as stretches, π is the share of positions in right runs
     and S half the sum of the mean run lengths.
     """
+    _check_positions(counts)
     pi = counts.hits / counts.positions
     easy = counts.hits / counts.hit_runs if counts.hit_runs else 0.0
     hard = (counts.positions - counts.hits) / counts.miss_runs if counts.miss_runs else 0.0

@@ -54,6 +54,9 @@ def test_stretches_from_runs():
 def test_inconsistent_counts_and_unknown_workload_are_one_line():
     with pytest.raises(SimmoeError, match="inconsistent"):
         TextCounts(10, 8, 5, 0, 0)
+    for f in (lambda c: lookahead_params(c, 2), text_workload):
+        with pytest.raises(SimmoeError, match="no output position"):
+            f(TextCounts(0, 0, 0, 0, 0))
     with pytest.raises(SimmoeError, match="unknown workload"):
         simulate_mat(TextCounts(10, 5, 0, 1, 1, 1, 1), [10], branches=2, branch_length=2, draft_tokens=4,
                      workload="nope")
