@@ -122,34 +122,96 @@ def select_cpu(view, K: int, cost, *, adaptive: bool):
     ``solvers.select_exact_cpu`` (``select_marginal_cpu`` at batch > 1), with Lemma 2's adaptive
     depth when ``adaptive``.  Returns (the selection's node ids, the drafted levels)."""
     levels = np.asarray(view.levels, dtype=np.int64)
-    full = _select_upto(view, levels, None, K, cost)
+    full = _Sub(view, cost, levels, None)
+    best = full.select(K)
     depth = int(levels.max())
     if not adaptive:
-        return full, depth
-    # Lemma 2: Ŝ_d = S* for every d at or past S*'s deepest level m (ids of V≤d keep their order, so the tie rule
-    # ranks the sets of V≤d as in the full pool); below m the loop stops at the first Ŝ_d without a level-d node
-    m = int(levels[full].max()) if len(full) else 0
+        return best.ids, depth
+    # Lemma 2 as solvers.select_adaptive_depth computes it: Ŝ_d = S* for every d at or past S*'s deepest level m
+    # (V≤d keeps the ids' order, so the tie rule ranks its sets as the full pool does); below m, Ŝ_d holds a
+    # level-d node when S* ∩ V≤d beats Ŝ_{d−1}, and is selected otherwise
+    m = int(levels[best.ids].max()) if len(best.ids) else 0
+    known = full.evaluate(())                                   # Ŝ_0: the root alone
     for d in range(1, m):
-        sel = _select_upto(view, levels, d, K, cost)
-        if not np.any(levels[sel] == d):
-            return sel, d
-    return full, min(max(m + 1, 1), depth)
+        cut = full.evaluate(tuple(int(v) for v in best.ids if levels[v] <= d))
+        if known is None:
+            known = _Sub(view, cost, levels, d - 1).select(K, _better(cut, None, levels, d - 1))
+        if _beats(cut, known):
+            known = None
+            continue
+        sel = _Sub(view, cost, levels, d).select(K, _better(known, cut, levels, d))
+        if not np.any(levels[sel.ids] == d):
+            return sel.ids, d
+        known = sel
+    return best.ids, min(max(m + 1, 1), depth)
 
 
-def _select_upto(view, levels: np.ndarray, d: int | None, K: int, cost) -> np.ndarray:
-    """The selection over V≤d (the whole pool when ``d`` is None), as ids of the full pool."""
-    from solvers import RoutedPool, select_exact_cpu, select_marginal_cpu
+class _Picked:
+    """A set as the tie rule ranks it: ratio, R̂, F, node ids (of the full pool)."""
 
-    parents = np.asarray(view.parents, dtype=np.int64)
-    ids = np.arange(len(parents)) if d is None else np.flatnonzero(levels <= d)
-    local = np.full(len(parents), -1, dtype=np.int64)
-    local[ids] = np.arange(len(ids))
-    sub_parents = np.where(parents[ids] >= 0, local[np.maximum(parents[ids], 0)], -1)
-    rpool = RoutedPool.from_routes(sub_parents, np.asarray(view.p, dtype=np.float64)[ids], view.root_routes,
-                                   np.asarray(view.node_routes)[ids], view.num_experts)
-    k = min(K, len(ids))
-    if cost.tokens is None:
-        sel = select_exact_cpu(rpool, k, cost.cpu)
-    else:
-        sel = select_marginal_cpu(rpool, k, cost.cpu, cost.tokens.reshape(rpool.pool.num_layers, -1))
-    return ids[np.asarray(sel.nodes, dtype=np.int64)]
+    __slots__ = ("ratio", "reward", "union", "ids")
+
+    def __init__(self, sel, ids: np.ndarray):
+        self.ratio, self.reward, self.union, self.ids = sel.ratio, sel.reward, sel.union, ids
+
+
+def _beats(a: _Picked, b: _Picked) -> bool:
+    """§3.3's tie rule: larger ratio, larger R̂, smaller F, fewer nodes, smaller ids."""
+    ka = (-a.ratio, -a.reward, a.union, len(a.ids), tuple(a.ids.tolist()))
+    kb = (-b.ratio, -b.reward, b.union, len(b.ids), tuple(b.ids.tolist()))
+    return ka < kb
+
+
+def _better(a: _Picked | None, b: _Picked | None, levels: np.ndarray, d: int) -> tuple[int, ...] | None:
+    """The better of ``a`` and ``b`` among those inside V≤d (a start for the search), as ids of the full pool."""
+    inside = [x for x in (a, b) if x is not None and len(x.ids) and np.all(levels[x.ids] <= d)]
+    if not inside:
+        return None
+    best = inside[0] if len(inside) == 1 or not _beats(inside[1], inside[0]) else inside[1]
+    return tuple(int(v) for v in best.ids)
+
+
+class _Sub:
+    """V≤d (the whole pool when ``d`` is None) as a ``solvers.RoutedPool``, selected and evaluated in ids of
+    the full pool."""
+
+    def __init__(self, view, cost, levels: np.ndarray, d: int | None):
+        from solvers import RoutedPool
+
+        parents = np.asarray(view.parents, dtype=np.int64)
+        self.ids = np.arange(len(parents)) if d is None else np.flatnonzero(levels <= d)
+        self.local = np.full(len(parents), -1, dtype=np.int64)
+        self.local[self.ids] = np.arange(len(self.ids))
+        sub_parents = np.where(parents[self.ids] >= 0, self.local[np.maximum(parents[self.ids], 0)], -1)
+        self.rpool = RoutedPool.from_routes(sub_parents, np.asarray(view.p, dtype=np.float64)[self.ids],
+                                            view.root_routes, np.asarray(view.node_routes)[self.ids],
+                                            view.num_experts)
+        self.cost = cost
+        self.tokens = None if cost.tokens is None else cost.tokens.reshape(self.rpool.pool.num_layers, -1)
+
+    def select(self, K: int, start: tuple[int, ...] | None = None) -> _Picked:
+        from solvers import select_exact_cpu, select_marginal_cpu
+
+        k = min(K, len(self.ids))
+        first = None if start is None else tuple(int(self.local[v]) for v in start)
+        if self.tokens is None:
+            sel = select_exact_cpu(self.rpool, k, self.cost.cpu, start=first)
+        else:
+            sel = select_marginal_cpu(self.rpool, k, self.cost.cpu, self.tokens, start=first)
+        return _Picked(sel, self.ids[np.asarray(sel.nodes, dtype=np.int64)])
+
+    def evaluate(self, nodes: tuple[int, ...]) -> _Picked:
+        """A legal set of V≤d (ids of the full pool) under the canonical numbers of the search."""
+        from solvers.cpu_cost import cpu_view
+
+        local = tuple(sorted(int(self.local[v]) for v in nodes))
+        view = cpu_view(self.rpool, self.cost.cpu, None if self.tokens is None else self.tokens.reshape(-1))
+        r, f, t = view.terms(local)
+        return _Picked(_Terms(r / t, r, f), self.ids[np.asarray(local, dtype=np.int64)])
+
+
+class _Terms:
+    __slots__ = ("ratio", "reward", "union")
+
+    def __init__(self, ratio: float, reward: float, union: int):
+        self.ratio, self.reward, self.union = ratio, reward, union
