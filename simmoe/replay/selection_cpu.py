@@ -131,7 +131,7 @@ def select_cpu(view, K: int, cost, *, adaptive: bool):
     # (V≤d keeps the ids' order, so the tie rule ranks its sets as the full pool does); below m, Ŝ_d holds a
     # level-d node when S* ∩ V≤d beats Ŝ_{d−1}, and is selected otherwise
     m = int(levels[best.ids].max()) if len(best.ids) else 0
-    known = full.evaluate(())                                   # Ŝ_0: the root alone
+    known: _Picked | None = full.evaluate(())                  # Ŝ_0: the root alone
     for d in range(1, m):
         cut = full.evaluate(tuple(int(v) for v in best.ids if levels[v] <= d))
         if known is None:
