@@ -152,6 +152,8 @@ def quick_run(tmp_path_factory):
 
     physical = {workload_name(m, b) for m in MODELS for b in BENCHES} | {
         workload_name("qwen3-30b-a3b", b, table6=True) for b in ("qa", "humaneval")}
+    physical |= {workload_name(m, "qa") + "-lookahead" for m in ("qwen3-30b-a3b", "ling-flash-2.0", "qwen3-235b-a22b")}
+    physical |= {workload_name("qwen3-30b-a3b", b, table6=True) + "-dflash" for b in ("qa", "humaneval")}
     files = sorted(p.name for p in cache.iterdir())
     assert sorted(f.split("-seed")[0] for f in files) == sorted(
         {"cnndm", "cnndm-evict", "gsm8k", "gsm8k-evict"} | physical)
@@ -215,6 +217,26 @@ def test_report_structure_and_roles(quick_reports):
     statuses = re.findall(r"\| (PASS|MISS) \|", validation)
     assert len(statuses) == sum(int(re.search(rf"^\| {g} \| .* \| (\d+) \| \d+ \| \d+ \|$", goals, re.M)[1])
                                 for g in GOALS)
+
+
+@pytest.mark.slow
+def test_lookahead_and_dflash_rows_in_the_quick_report(quick_reports):
+    """Lookahead and DFlash are simulated: fitted rows in the fit set, predicted ones with goals."""
+    text = quick_reports[0]
+    assert "not simulated" not in text
+    val_start, fit_start = text.index("## Validation set"), text.index("## Fit set")
+    bare = lambda rows: [(re.sub("[⁰¹²³⁴⁵⁶⁷⁸⁹ ]+$", "", r[0]),) + r[1:] for r in rows]   # noqa: E731 (footnotes)
+    vrows = bare(_table_rows(text[val_start:fit_start]))
+    frows = bare(_table_rows(text[fit_start:text.index("## Counters of every replay")]))
+    assert [r[0] for r in frows if "lookahead" in r[0]] == ["qa: lookahead tokens/s"]
+    assert sorted(r[0] for r in frows if "dflash" in r[0]) == ["humaneval, batch 4: dflash tokens/s",
+                                                               "qa, batch 4: dflash tokens/s"]
+    assert all(r[3] == "evict.fit_in_evict_tables" for r in frows if "lookahead" in r[0] or "dflash" in r[0])
+    look = [r for r in vrows if "lookahead" in r[0]]
+    assert {r[3] for r in look} == {"evict.table1_qwen3_30b_a3b_t1", "evict.table7_ling_flash_2_0",
+                                    "evict.table8_qwen3_235b_a22b"} and len(look) == 5
+    dflash = [r for r in vrows if "dflash" in r[0] or "over DFlash" in r[0]]
+    assert len(dflash) == 2 * 5 and all(r[3] == "evict.table6_batch_vllm" and r[4] == "validate" for r in dflash)
 
 
 @pytest.mark.slow

@@ -169,15 +169,10 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
         return []
     out = speed_rows(pub, res, model, MODELS[model][3], SECTION)
     out += mat_rows(pub, res, model, SECTION)
-    for m in ("lookahead",):
-        out.append(not_simulated(pub, MODELS[model][3], SECTION, f"{m} tokens/s (every benchmark)",
-                                 "Lookahead has no drafter model in the simulator"))
     if run_key(model, "qa", "ar", 1, 1) in res:
         table_t1 = "table1_qwen3_30b_a3b_t1"
         out += speed_rows(pub, res, model, table_t1, SECTION_T1, temperature=1)
         out += mat_rows(pub, res, model, SECTION_T1, temperature=1)
-        out.append(not_simulated(pub, table_t1, SECTION_T1, "lookahead tokens/s (every benchmark, T=1)",
-                                 "Lookahead has no drafter model in the simulator"))
     return out + _table4_rows(pub, traces)
 
 

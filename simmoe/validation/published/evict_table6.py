@@ -6,13 +6,13 @@ trend (on QA the gain grows from +5% at batch 4 to +35% at batch 64; on
 HumanEval it stays within −7% … +2%; the tolerances are
 :data:`QA_TREND_NOTE` and :data:`HUMANEVAL_TREND_NOTE`).  Fit, apart: vanilla
 on QA at every batch size (the batched step cost: ``physical_fit.toml``'s
-``vllm-table6`` setting).  DFlash rows are shown
-as not simulated (no DFlash drafter model).
+``vllm-table6`` setting).  DFlash's rows are
+:mod:`.drafter_rows`' (a section of its own).
 """
 
 from __future__ import annotations
 
-from simmoe.validation.published.evict_physical import FIT, not_simulated
+from simmoe.validation.published.evict_physical import FIT
 from simmoe.validation.published.rows import Row, role_of
 from simmoe.validation.published.runs import RunResult
 
@@ -139,7 +139,4 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
         out.append(_qa_trend_row(fig, role_of(pub, fig), gains["qa"], pub_gains["qa"]))
     if gains["humaneval"]:
         out.append(_humaneval_trend_row(fig, role_of(pub, fig), gains["humaneval"]))
-    if out:
-        out.append(not_simulated(pub, TABLE, SECTION, "dflash, dflash+evict tokens/s (every batch)",
-                                 "DFlash has no drafter model in the simulator"))
     return out

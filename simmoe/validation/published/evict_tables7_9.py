@@ -5,13 +5,13 @@ on EVICT's six benchmarks, and EVICT's gain over EAGLE-3, each model replayed
 on its own catalogued geometry with the physical cost model: at temperature 0,
 and for Ling-flash-2.0 and Qwen3-235B-A22B again at temperature 1 (sampled
 verification; vanilla on QA fitted per temperature, setting ``sglang-a100-t1``).
-Hunyuan-7B's Table 9 has temperature 0 only.  Lookahead is shown as not
-simulated (no drafter model).
+Hunyuan-7B's Table 9 has temperature 0 only.  Lookahead's rows are
+:mod:`.drafter_rows`' (sections of their own).
 """
 
 from __future__ import annotations
 
-from simmoe.validation.published.evict_physical import METHODS, not_simulated, speed_rows
+from simmoe.validation.published.evict_physical import METHODS, speed_rows
 from simmoe.validation.published.physical_runs import MODELS, profile_t1, run_key
 from simmoe.validation.published.rows import Row
 from simmoe.validation.published.runs import RunResult
@@ -27,7 +27,6 @@ TITLES_T1 = {
     "qwen3-235b-a22b": "EVICT Table 8 at temperature 1: Qwen3-235B-A22B, tensor parallelism 8 "
                        f"(physical cost model, {profile_t1('qwen3-235b-a22b')})",
 }
-LOOKAHEAD = "Lookahead has no drafter model in the simulator"
 
 
 def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict[str, dict]) -> list[Row]:
@@ -39,9 +38,7 @@ def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict
         cols = pub["evict"][table]["columns"]
         both = "temperature" in cols
         out += speed_rows(pub, res, model, table, section, methods=METHODS, temperature_col=both)
-        out.append(not_simulated(pub, table, section, "lookahead tokens/s (every benchmark)", LOOKAHEAD))
         if both and run_key(model, "qa", "ar", 1, 1) in res:
             sec1 = TITLES_T1[model]
             out += speed_rows(pub, res, model, table, sec1, methods=METHODS, temperature=1, temperature_col=True)
-            out.append(not_simulated(pub, table, sec1, "lookahead tokens/s (every benchmark, T=1)", LOOKAHEAD))
     return out

@@ -10,6 +10,7 @@ fit set alike.
 from __future__ import annotations
 
 from simmoe.validation.published import (
+    drafter_rows,
     evict_mat10_11,
     evict_physical,
     evict_resident,
@@ -40,6 +41,7 @@ SOURCES: tuple[RowSource, ...] = (
     evict_table6.rows,              # EVICT Table 6: batch 4-64
     evict_tables7_9.rows,           # EVICT Tables 7-9: Ling-flash-2.0, Qwen3-235B-A22B, Hunyuan-7B
     evict_mat10_11.rows,            # EVICT Tables 10-11: Mat
+    drafter_rows.rows,              # EVICT Tables 1, 7, 8 Lookahead; Table 6 DFlash, DFlash + EVICT
     specfit_table3.rows,            # GSM8K Table 3 (fit)
 )
 

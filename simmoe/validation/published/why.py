@@ -557,6 +557,7 @@ def _registry() -> dict[str, Callable[[list[Row], object], list[str]]]:
         evict_tables7_9,
     )
     from simmoe.validation.published.sampled_runs import DATASETS, NEW
+    from simmoe.validation.published.why_drafters import registry as drafter_why
 
     reg: dict[str, Callable[[list[Row], object], list[str]]] = {
         evict_resident.SECTION: lambda rows, p: _why_resident(rows, p, evict_resident.DATASETS, 0, False),
@@ -571,7 +572,7 @@ def _registry() -> dict[str, Callable[[list[Row], object], list[str]]]:
         reg[evict_tables7_9.TITLES[model]] = partial(_why_physical, model=model, temperature=0)
         reg[evict_tables7_9.TITLES_T1[model]] = partial(_why_physical, model=model, temperature=1)
         reg[evict_mat10_11.TITLES[model]] = partial(_why_mat10_11, model=model)
-    return reg
+    return reg | drafter_why()   # Lookahead's and DFlash's sections
 
 
 def section_why(section: str, rows: list[Row], pred) -> list[str]:
