@@ -29,6 +29,23 @@ LOOKAHEAD_MODELS = ("qwen3-30b-a3b", "ling-flash-2.0", "qwen3-235b-a22b")
 DFLASH_METHODS = (("dflash", "eagle3"), ("dflash+evict", "evict"))
 
 
+def run_drafters(settings, positions: dict, log: Callable[[str], None]) -> tuple[dict, dict]:
+    """Every Lookahead and DFlash replay: ``(results by key, traces by name)``.
+
+    ``positions``: the drafting-path positions the physical runs fitted per
+    (model, benchmark) (:func:`~.physical_runs.run_physical`'s fits).  The
+    quick run replays Lookahead on QA only; DFlash on Table 6's sizes.
+    """
+    from simmoe.validation.published.physical_runs import BENCHES, sizes_for
+
+    sizes = sizes_for(settings)
+    results: dict = {}
+    traces: dict = {}
+    run_lookahead(settings, sizes, positions, results, traces, log, ("qa",) if settings.quick else BENCHES)
+    run_dflash(settings, sizes, results, traces, log, sizes.table6, sizes.batches)
+    return results, traces
+
+
 def _file(name: str, drafter) -> str:
     """A cached workload's file with the drafter's parameters in its name (a refit makes another file)."""
     tag = "-".join(f"{k}{v:.6g}" if isinstance(v, float) else f"{k}{v}" for k, v in drafter.parameters().items())

@@ -278,8 +278,4 @@ def run_physical(settings, pub: dict, log: Callable[[str], None]):
         for b in sizes.batches:
             log(f"replaying {name} at batch {b}")
             replay_set(trace, name, "qwen3-30b-a3b", bench, configs, b, {prof6: profile6})
-    from simmoe.validation.published.drafter_runs import run_dflash, run_lookahead
-
-    run_lookahead(settings, sizes, fits["position"], results, traces, log, ("qa",) if settings.quick else BENCHES)
-    run_dflash(settings, sizes, results, traces, log, sizes.table6, sizes.batches)   # Table 6's sizes
     return results, traces, fits

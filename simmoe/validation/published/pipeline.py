@@ -47,9 +47,15 @@ def run_predictions(settings: Settings, *, log: Callable[[str], None] = _silent)
     # EVICT Tables 1, 2, 4, 6-11 with the physical cost model: their own workloads and replays
     from simmoe.validation.published.physical_runs import run_physical
 
-    phys, phys_traces, _ = run_physical(settings, pub, log)
+    phys, phys_traces, fits = run_physical(settings, pub, log)
     res.update(phys)
     traces.update(phys_traces)
+    # EVICT's Lookahead and DFlash rows: the same workloads with those drafters' pools
+    from simmoe.validation.published.drafter_runs import run_drafters
+
+    drafted, drafted_traces = run_drafters(settings, fits["position"], log)
+    res.update(drafted)
+    traces.update(drafted_traces)
     # EVICT Tables 1, 2 at temperature 1 and the four other workloads (sampled verification, resident profile)
     from simmoe.validation.published.sampled_runs import run_sampled
 

@@ -23,8 +23,8 @@ def _step(summary: dict) -> float:
 
 
 def _rng(values, fmt: str = "{:.2f}") -> str:
-    lo, hi = min(values), max(values)
-    return fmt.format(lo) if abs(hi - lo) < 1e-9 else f"{fmt.format(lo)}–{fmt.format(hi)}"
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def why_lookahead(rows: list[Row], pred, model: str) -> list[str]:
