@@ -156,13 +156,6 @@ def mat_rows(pub: dict, res: dict[str, RunResult], model: str, section: str, ben
     return out
 
 
-def not_simulated(pub: dict, table: str, section: str, what: str, reason: str) -> Row:
-    """A validation figure shown without a simulated value (and without a goal), saying why."""
-    fig = f"evict.{table}"
-    return Row(section, fig, role_of(pub, fig), what, "see published.json", "not simulated", "", None,
-               note=reason)
-
-
 def rows(pub: dict, res: dict[str, RunResult], t5: dict[str, dict], traces: dict[str, dict]) -> list[Row]:
     model = "qwen3-30b-a3b"
     if run_key(model, "qa", "ar") not in res:
