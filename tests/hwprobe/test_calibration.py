@@ -76,16 +76,28 @@ def test_calibrate_writes_a_profile_the_simulator_reads(tmp_path, prompts_file, 
     from simmoe.hardware.profile import load_profile
 
     out = tmp_path / "probe.toml"
-    rc = main(["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file), "--limit", "1",
-               "--boundaries", "0,1", "--repeats", "1", "--max-k", "3", "--slots", "2", "--out", str(out),
-               "--quiet"])
+
+    def calibrate(repeats: str) -> int:
+        return main(["calibrate", "--config", "tiny-random", "--prompts", str(prompts_file), "--limit", "1",
+                     "--boundaries", "0,1", "--repeats", repeats, "--max-k", "3", "--slots", "2", "--out", str(out),
+                     "--quiet"])
+
+    repeats = 1
+    rc = calibrate("1")
+    if rc == 2:
+        # one repeat of CPU timings on a shared machine may leave a b_k unidentified: the command refuses in one
+        # line and keeps its probe rows (what a user would see); measured again with more repeats, as selftest does
+        err = capsys.readouterr().err
+        assert "came out 0" in err and len(err.strip().splitlines()) == 1 and not out.exists(), err
+        repeats = 8
+        rc = calibrate("8")
     assert rc == 0
     prof = load_profile(out)
     assert prof.source.startswith("measured by hwprobe") and len(prof.cost_b_cache) == 4
     assert prof.cost_beta_cache >= 0 and prof.copy_ms > 0 and prof.expert_bytes == 3 * 64 * 32 * 4
     rows = list(csv.DictReader(open(tmp_path / "probe.probes.csv")))
-    # 2 states x 4 sizes x 2 kinds x 2 cache modes x 1 repeat
-    assert len(rows) == 32
+    # 2 states x 4 sizes x 2 kinds x 2 cache modes x the repeats
+    assert len(rows) == 32 * repeats
     assert {r["kind"] for r in rows} == {"prefix", "min-union"} and {r["cache"] for r in rows} == {"True", "False"}
     nc = [r for r in rows if r["cache"] == "False" and int(r["k"]) > 0]
     assert all(int(r["copies"]) > 0 for r in nc)        # cleared before every forward: everything copies
