@@ -67,7 +67,7 @@ from solvers.cpu_cost import (
     forward_tokens,
 )
 from solvers.cpu_relax import BranchBound, Relaxation, specfit_relaxation
-from solvers.dinkelbach import DinkelbachResult
+from solvers.dinkelbach import DinkelbachResult, check_iteration, iterate
 from solvers.errors import InvalidInput
 from solvers.exact import select_exact, select_max_linear
 
@@ -482,10 +482,7 @@ def cpu_dinkelbach(states: Sequence, *, tol: float = 1e-12,
     tuples) under the CPU-expert cost: :func:`solvers.dinkelbach`'s iteration (App. A.1)
     with :func:`select_max_linear_cpu` as the per-state oracle; ``error_bound`` =
     h(λ_k) / T_floor, T_floor the mean of min b + the root's CPU time."""
-    if not math.isfinite(tol) or tol < 0:
-        raise InvalidInput(f"tol = {tol!r}: must be finite and >= 0")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise InvalidInput(f"max_iter must be a positive integer, got {max_iter!r}")
+    check_iteration(tol, max_iter)
     states = list(states)
     if not states:
         raise InvalidInput("cpu_dinkelbach needs at least one state")
@@ -494,24 +491,7 @@ def cpu_dinkelbach(states: Sequence, *, tol: float = 1e-12,
                 and isinstance(stt[2], CpuCostModel)):
             raise InvalidInput(f"state {i} must be a (RoutedPool, K, CpuCostModel) tuple")
     t_floor = sum(min(c.b) + cpu_view(p, c).c0 for p, _K, c in states) / len(states)
-    sels = [cpu_evaluate(p, (), c) for p, _K, c in states]
-    lam = sum(s.reward for s in sels) / sum(s.time for s in sels)
-    lams: list[float] = []
-    hs: list[float] = []
-    converged = False
-    for _ in range(max_iter):
-        sels = [select_max_linear_cpu(p, K, c, lam) for p, K, c in states]
-        h = sum(s.reward - lam * s.time for s in sels) / len(sels)
-        lams.append(lam)
-        hs.append(h)
-        if h <= tol:
-            converged = True
-            break
-        new_lam = sum(s.reward for s in sels) / sum(s.time for s in sels)
-        if new_lam <= lam:          # rounding: no further progress is representable
-            converged = True
-            break
-        lam = new_lam
-    return DinkelbachResult(lam, tuple(sels), len(lams), tuple(lams), tuple(hs),
-                            max(hs[-1], 0.0) / t_floor, converged)
+    start = [cpu_evaluate(p, (), c) for p, _K, c in states]
+    return iterate(start, lambda lam: [select_max_linear_cpu(p, K, c, lam) for p, K, c in states], t_floor,
+                   tol=tol, max_iter=max_iter)
 

@@ -69,26 +69,25 @@ def _unpack(state, i: int):
     return pool, K, cost
 
 
-def dinkelbach(states: Sequence, oracle: Callable = exact_oracle, *, tol: float = 1e-12,
-               max_iter: int = 100) -> DinkelbachResult:
-    """λ* across ``states`` with the per-state ``oracle`` (module docstring for the rule)."""
+def check_iteration(tol: float, max_iter: int) -> None:
+    """Refuse a tolerance or an iteration count the iteration cannot use."""
     if not math.isfinite(tol) or tol < 0:
         raise InvalidInput(f"tol = {tol!r}: must be finite and >= 0")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise InvalidInput(f"max_iter must be a positive integer, got {max_iter!r}")
-    states = list(states)
-    if not states:
-        raise InvalidInput("dinkelbach needs at least one state")
-    unpacked = [_unpack(s, i) for i, s in enumerate(states)]
-    t_floor = sum(min(c.b) + c.beta * p.root_count for p, _K, c in unpacked) / len(states)
-    start = [evaluate(p, (), c) for p, _K, c in unpacked]
+
+
+def iterate(start: Sequence[Selection], solve: Callable[[float], list], t_floor: float, *, tol: float,
+            max_iter: int) -> DinkelbachResult:
+    """App. A.1's iteration from the selections ``start`` (λ_0 their ratio): ``solve(λ)`` gives each
+    state's maximiser of R̂ − λT̂; stop when h(λ) ≤ ``tol`` or λ stops rising.  Shared by every cost model."""
     lam = sum(s.reward for s in start) / sum(s.time for s in start)
     lams: list[float] = []
     hs: list[float] = []
-    sels: list[Selection] = start
+    sels: list = list(start)
     converged = False
     for _ in range(max_iter):
-        sels = [oracle(st, lam) for st in states]
+        sels = solve(lam)
         h = sum(s.reward - lam * s.time for s in sels) / len(sels)
         lams.append(lam)
         hs.append(h)
@@ -102,3 +101,16 @@ def dinkelbach(states: Sequence, oracle: Callable = exact_oracle, *, tol: float 
         lam = new_lam
     return DinkelbachResult(lam, tuple(sels), len(lams), tuple(lams), tuple(hs),
                             max(hs[-1], 0.0) / t_floor, converged)
+
+
+def dinkelbach(states: Sequence, oracle: Callable = exact_oracle, *, tol: float = 1e-12,
+               max_iter: int = 100) -> DinkelbachResult:
+    """λ* across ``states`` with the per-state ``oracle`` (module docstring for the rule)."""
+    check_iteration(tol, max_iter)
+    states = list(states)
+    if not states:
+        raise InvalidInput("dinkelbach needs at least one state")
+    unpacked = [_unpack(s, i) for i, s in enumerate(states)]
+    t_floor = sum(min(c.b) + c.beta * p.root_count for p, _K, c in unpacked) / len(states)
+    start = [evaluate(p, (), c) for p, _K, c in unpacked]
+    return iterate(start, lambda lam: [oracle(st, lam) for st in states], t_floor, tol=tol, max_iter=max_iter)
