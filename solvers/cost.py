@@ -148,6 +148,23 @@ def make_selection(pool: Pool, nodes: tuple[int, ...], union_bits: int,
     return Selection(nodes, r, f, t, r / t)
 
 
+def checked_ids(pool: Pool, nodes: Iterable[int], intercepts: int) -> list[int]:
+    """``nodes`` as sorted ids; InvalidInput for a non-integer, an id outside the pool, a repeat, or
+    a size beyond ``intercepts - 1`` (what every cost model's ``evaluate`` refuses)."""
+    try:
+        ids = sorted(int(v) for v in nodes)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"nodes must be integer ids, got {nodes!r}") from None
+    for i, v in enumerate(ids):
+        if not 0 <= v < pool.n:
+            raise InvalidInput(f"node id {v} is outside the pool (0..{pool.n - 1})")
+        if i and ids[i - 1] == v:
+            raise InvalidInput(f"node id {v} is listed twice")
+    if len(ids) >= intercepts:
+        raise InvalidInput(f"{len(ids)} nodes need b[{len(ids)}] but b has {intercepts} intercepts")
+    return ids
+
+
 def evaluate(pool: Pool, nodes: Iterable[int], cost: CostModel) -> Selection:
     """R̂, F, T̂ and the ratio of a given legal set (Eq. 3, 4).  O(|S|) bitmap ORs.
 
@@ -158,18 +175,7 @@ def evaluate(pool: Pool, nodes: Iterable[int], cost: CostModel) -> Selection:
         raise InvalidInput(f"pool must be a Pool, got {type(pool).__name__}")
     if not isinstance(cost, CostModel):
         raise InvalidInput(f"cost must be a CostModel, got {type(cost).__name__}")
-    try:
-        ids = sorted(int(v) for v in nodes)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"nodes must be integer ids, got {nodes!r}") from None
-    for i, v in enumerate(ids):
-        if not 0 <= v < pool.n:
-            raise InvalidInput(f"node id {v} is outside the pool (0..{pool.n - 1})")
-        if i and ids[i - 1] == v:
-            raise InvalidInput(f"node id {v} is listed twice")
-    if len(ids) >= len(cost.b):
-        raise InvalidInput(f"{len(ids)} nodes need b[{len(ids)}] but b has {len(cost.b)} "
-                           f"intercepts")
+    ids = checked_ids(pool, nodes, len(cost.b))
     mask = 0
     for v in ids:
         mask |= 1 << v

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from solvers.cost import CostModel, Selection
+from solvers.cost import CostModel, Selection, checked_ids
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
@@ -347,19 +347,8 @@ def cpu_evaluate(rpool: RoutedPool, nodes: Iterable[int], cost: CpuCostModel) ->
     a repeated id, a set that is not ancestor-closed, too few intercepts).
     """
     view = cpu_view(rpool, cost)
-    try:
-        ids = sorted(int(v) for v in nodes)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"nodes must be integer ids, got {nodes!r}") from None
     pool = rpool.pool
-    for i, v in enumerate(ids):
-        if not 0 <= v < pool.n:
-            raise InvalidInput(f"node id {v} is outside the pool (0..{pool.n - 1})")
-        if i and ids[i - 1] == v:
-            raise InvalidInput(f"node id {v} is listed twice")
-    if len(ids) >= len(cost.b):
-        raise InvalidInput(f"{len(ids)} nodes need b[{len(ids)}] but b has {len(cost.b)} "
-                           f"intercepts")
+    ids = checked_ids(pool, nodes, len(cost.b))
     if not pool.is_legal(ids):
         raise InvalidInput(f"nodes {ids} are not ancestor-closed")
     r, f, t = view.terms(tuple(ids))
