@@ -64,7 +64,8 @@ class RoutedPool:
         offset = (np.arange(L, dtype=np.int64) * N)[:, None]
         root_arr = np.asarray(root_routes, dtype=np.int64)
         node_arr = np.asarray(node_routes, dtype=np.int64)
-        root = np.unique((root_arr + offset).ravel())
+        root = np.sort((root_arr + offset).ravel())     # np.unique costs 10x more on a few hundred ids
+        root = root[np.concatenate(([True], root[1:] != root[:-1]))] if root.size else root
         n = pool.n
         if n:
             flat = np.sort((node_arr + offset).reshape(n, -1), axis=1)
@@ -80,6 +81,28 @@ class RoutedPool:
     @property
     def n(self) -> int:
         return self.pool.n
+
+    def upto_level(self, d: int) -> tuple[RoutedPool, tuple[int, ...]]:
+        """V≤d (SpecFit §3.3, Lemma 2) as a routed pool, and the original ids of its nodes
+        (:meth:`Pool.upto_level`).  Where V≤d is a prefix of the ids (pools listed level by
+        level) everything is sliced, the views already built for this pool included
+        (:meth:`CpuView.prefix`); otherwise the pool is built anew.  O(n) besides."""
+        sub, keep = self.pool.upto_level(d)
+        if sub is self.pool:
+            return self, keep
+        m = len(keep)
+        root, nodes = self.routes
+        if keep[-1:] == (m - 1,):
+            out = RoutedPool(sub, self.pairs[:self.start[m]], self.start[:m + 1], self.root_pairs,
+                             (root, nodes[:m]))
+            for key, view in self._cache.items():
+                out._cache[key] = view.prefix(out)
+            return out, keep
+        ids = np.asarray(keep, dtype=np.int64)
+        parts = [self.node_pairs(v) for v in keep]
+        start = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
+        pairs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return RoutedPool(sub, pairs, start, self.root_pairs, (root, nodes[ids])), keep
 
     def node_pairs(self, v: int) -> np.ndarray:
         """Node v's distinct flat pair ids, ascending."""
@@ -173,6 +196,16 @@ class CpuCostModel:
             out = self._rates[L, N] = self._make_rates(L, N)
         return out
 
+    def read_classes(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct read times r of the pairs (ascending) and each flat pair's index among
+        them, int64 [L·N] (computed once per geometry)."""
+        key = ("classes", L, N)
+        out = self._rates.get(key)
+        if out is None:
+            values, inverse = np.unique(self.rates(L, N)[0], return_inverse=True)
+            out = self._rates[key] = (values, inverse.reshape(-1).astype(np.int64))
+        return out
+
     def _make_rates(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cpu = _placement(self.on_cpu, L, N)
         r = np.where(cpu, _rates("read", self.read, L, N, 0.0),
@@ -206,11 +239,16 @@ class CpuView:
     the cost of those only v routes to (always max(r, g) when v is in), ``credit[v]``
     and ``gamma[v]`` its weights in the two lower bounds (:mod:`solvers.cpu_exact`).
     ``cpu_pool``: the pool whose bitmaps hold the CPU pairs only (F).  ``c0``: the root-only cost, canonical.
+
+    ``flat``: a :class:`FlatCost` where the sets of up to ``flat.k_max`` nodes keep every priced
+    expert read-bound (g·n <= r for every count n a pair reaches: its start plus at most k_max
+    of its holders) and the read times take few values, else None.  T is then b + Σ r over the
+    union's unpaid pairs, kept as bitmaps.
     """
 
-    __slots__ = ("pool", "cpu_pool", "b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders",
+    __slots__ = ("pool", "b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders",
                  "base", "start", "base_cost", "idx", "node_idx", "alone", "credit", "gamma",
-                 "gamma0", "c0", "paid")
+                 "gamma0", "c0", "paid", "flat", "_cpu_pool", "_f_mask", "_f_root")
 
     def __init__(self, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None):
         pool = rpool.pool
@@ -220,7 +258,13 @@ class CpuView:
         # the pairs F does not count: the GPU's, and those the rest of the forward uses
         paid = ~cpu if tokens is None else ~cpu | (tokens > 0)
         self.paid = paid
-        self.cpu_pool = pool.with_free(paid.reshape(L, N)) if paid.any() else pool
+        self._cpu_pool = None if paid.any() else pool
+        # F in the pool's bit space: the bits of pairs not paid, and the root's count of them
+        if pool.pair_ids is None or not paid.any():
+            self._f_mask, self._f_root = -1, pool.root_count
+        else:
+            self._f_mask = _rows(~paid[pool.pair_ids][None, :])[0] if pool.n else 0
+            self._f_root = int(np.count_nonzero(~paid[rpool.root_pairs]))
         priced = (r_all > 0) | (g_all > 0)
         used = np.zeros(L * N, dtype=bool)
         used[rpool.root_pairs] = True
@@ -257,19 +301,48 @@ class CpuView:
         solo = (self.holders[d] == 1) & (self.root_counts[d] == 0)
         # the pairs v holds first in id order (none held by the root) cost the first step
         # when v is added in id order; any other pair at least the smallest later step
-        seen = self.root_counts > 0
-        fresh_parts = []
-        for part in self.node_idx:      # a node's pairs are distinct: one lookup each
-            fresh_parts.append(~seen[part])
-            seen[part] = True
-        fresh = np.concatenate(fresh_parts) if fresh_parts else np.zeros(0, dtype=bool)
-        self.idx: tuple[np.ndarray, ...] = tuple(
-            part[~solo[bounds[v]:bounds[v + 1]]] for v, part in enumerate(self.node_idx))
-        self.alone = _per_node(np.where(solo, step1[d], 0.0), owner, pool.n)
-        self.credit = _per_node(np.where(fresh, step1[d], later[d]), owner, pool.n)
-        self.gamma = _per_node(per_token[d], owner, pool.n)
+        # (entries run node after node in id order: a pair's first entry is its first holder's)
+        first_holder = np.full(keep.size, pool.n, dtype=np.int64)
+        np.minimum.at(first_holder, d, owner)
+        fresh = (first_holder[d] == owner) & (self.root_counts[d] == 0)
+        shared = ~solo
+        cut = np.concatenate([[0], np.cumsum(shared)])[bounds].tolist()
+        d_shared = d[shared]
+        self.idx: tuple[np.ndarray, ...] = tuple(d_shared[cut[v]:cut[v + 1]] for v in range(pool.n))
+        s1 = step1[d]
+        self.alone, self.credit, self.gamma = _per_node(
+            np.stack([np.where(solo, s1, 0.0), np.where(fresh, s1, later[d]), per_token[d]]), bounds)
         self.gamma0 = float(per_token[self.root_counts > 0].sum())
+        self.flat = FlatCost.of(self, rpool, cost, tokens) if _FLAT else None
         self.c0 = self.cpu_time(())
+
+    def prefix(self, rpool: RoutedPool) -> CpuView:
+        """This view restricted to ``rpool``, the pool of this view's first m nodes (a prefix of
+        the ids: :meth:`RoutedPool.upto_level`), by slicing: the same pairs, rates and per-node
+        numbers.  ``holders`` and ``free_cpu`` stay the whole pool's (at least the prefix's:
+        they only make the bounds and the relaxation's tests more careful), and so
+        does ``flat.k_max``."""
+        m = rpool.n
+        out = CpuView.__new__(CpuView)
+        for name in ("b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders", "base", "start",
+                     "base_cost", "gamma0", "c0", "paid", "_f_mask", "_f_root"):
+            setattr(out, name, getattr(self, name))
+        out.pool = rpool.pool
+        out._cpu_pool = None if self._cpu_pool is None else rpool.pool
+        for name in ("idx", "node_idx", "alone", "credit", "gamma"):
+            setattr(out, name, getattr(self, name)[:m])
+        flat = self.flat
+        out.flat = None if flat is None else FlatCost(rpool.pool.masks, flat.root, flat.classes,
+                                                      min(flat.k_max, m))
+        return out
+
+    @property
+    def cpu_pool(self) -> Pool:
+        """The pool whose bitmaps hold the CPU pairs only, the rest of the forward's left out (F)."""
+        if self._cpu_pool is None:
+            L, N = self.pool.num_layers, self.pool.num_experts
+            self._cpu_pool = self.pool.with_free(self.paid.reshape(L, N))
+        return self._cpu_pool
 
     def _cost(self, n: np.ndarray) -> np.ndarray:
         """c(n) = max(r, g·n) per priced pair, 0 where n = 0."""
@@ -285,6 +358,11 @@ class CpuView:
     def cpu_time(self, nodes: Iterable[int]) -> float:
         """Σ over the union's priced pairs of c(m + n) − c(m), m the rest of the forward's
         tokens (0 alone: c(n)), each difference rounded once, summed by math.fsum."""
+        flat = self.flat
+        if flat is not None:
+            nodes = tuple(nodes)
+            if len(nodes) <= flat.k_max:
+                return flat.canonical(nodes)
         c = self.counts(nodes)
         on = c > self.base
         return math.fsum((np.maximum(self.r[on], self.g[on] * c[on]) - self.base_cost[on]).tolist())
@@ -296,16 +374,118 @@ class CpuView:
         for v in nodes:
             r += probs[v]
         union = 0
-        masks = self.cpu_pool.masks
+        masks = self.pool.masks
         for v in nodes:
             union |= masks[v]
-        f = self.cpu_pool.root_count + union.bit_count()
+        f = self._f_root + (union & self._f_mask).bit_count()
         return r, f, self.b[len(nodes)] + self.cpu_time(nodes)
 
 
-def _per_node(values: np.ndarray, owner: np.ndarray, n: int) -> tuple[float, ...]:
-    """Per node, the sum of ``values`` over its entries (``owner``: the node of each)."""
-    return tuple(np.bincount(owner, weights=values, minlength=n).tolist())
+_FLAT = True            # FlatCost where it applies (the tests run both ways)
+_FLAT_CLASSES = 8       # at most this many distinct read times for FlatCost
+
+
+class FlatCost:
+    """The CPU part of T where every priced pair stays read-bound (``CpuView.flat``).
+
+    Then c(m + n) − c(m) is r for a pair the rest of the forward does not use (m = 0) and 0
+    for one it does, whatever the n, so C(S) = Σ r over the union's unpaid pairs: a weighted
+    union, kept in the bit space of the pool's masks (``Pool.masks``: the pairs the nodes
+    add to the root's), the weights grouped by their distinct values.  ``masks``: the
+    pool's; ``classes``: (r, bitmap of the unpaid pairs with that read time) per distinct
+    value; ``root``: per class, the root's unpaid pairs.  :meth:`gain` is the float
+    increase of adding a node (for the search's bounds); :meth:`canonical` is the CPU part
+    exactly as :meth:`CpuView.cpu_time` defines it (the correctly rounded sum of the r,
+    computed in integers: each r is a dyadic rational).
+    """
+
+    __slots__ = ("masks", "root", "classes", "k_max", "_scaled", "_den")
+
+    def __init__(self, masks: tuple[int, ...], root: tuple[int, ...], classes: tuple[tuple[float, int], ...],
+                 k_max: int):
+        self.masks, self.root, self.classes = masks, root, classes
+        #: the largest set (nodes) that keeps every pair read-bound: the cost holds for those
+        self.k_max = k_max
+        ratios = [r.as_integer_ratio() for r, _ in classes]
+        self._den = max((den for _, den in ratios), default=1)     # powers of two
+        self._scaled = tuple(num * (self._den // den) for num, den in ratios)
+
+    @classmethod
+    def of(cls, view: CpuView, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None) -> FlatCost | None:
+        """The flat cost of ``view`` (of ``rpool`` under ``cost`` and ``tokens``), or None."""
+        k_max = _flat_size(view)
+        if k_max < 0:
+            return None
+        pool = rpool.pool
+        L, N = pool.num_layers, pool.num_experts
+        values, class_of = cost.read_classes(L, N)
+        if values.size > _FLAT_CLASSES:
+            return None
+        r_all, g_all, _ = cost.rates(L, N)
+        charge = (r_all > 0) | (g_all > 0)
+        if tokens is not None:
+            charge &= tokens == 0
+        which = np.where(charge, class_of, -1)
+        k = values.size
+        root = np.bincount(which[rpool.root_pairs] + 1, minlength=k + 1)[1:]
+        bits = which[pool.pair_ids] if pool.pair_ids is not None and pool.n else np.zeros(0, np.int64)
+        rows = _rows(bits[None, :] == np.arange(k)[:, None]) if bits.size else (0,) * k
+        return cls(pool.masks, tuple(root.tolist()), tuple(zip(values.tolist(), rows, strict=True)), k_max)
+
+    def gain(self, cover: int, v: int) -> float:
+        """The float increase of C when node v joins a set whose nodes cover ``cover``."""
+        new = self.masks[v] & ~cover
+        if not new:
+            return 0.0
+        return sum([r * (new & m).bit_count() for r, m in self.classes])
+
+    def canonical(self, nodes: Iterable[int]) -> float:
+        """C of ``nodes``: Σ r over the union's unpaid pairs, the root's included, correctly rounded."""
+        cover = 0
+        masks = self.masks
+        for v in nodes:
+            cover |= masks[v]
+        total = 0
+        for (_, m), scaled, at_root in zip(self.classes, self._scaled, self.root):
+            total += scaled * ((cover & m).bit_count() + at_root)
+        return total / self._den
+
+
+def _flat_size(view: CpuView) -> int:
+    """The largest k <= n such that start + min(holders, k) tokens keep every priced pair of
+    ``view`` read-bound (g·n <= r, as rounded), or -1 where the root alone does not."""
+    n = view.pool.n
+    g, r, start, holders = view.g, view.r, view.start, view.holders
+    over = g * (start + holders) > r
+    if not over.any():
+        return n
+    g, r, start = g[over], r[over], start[over]
+    # per pair the largest k with g·(start + k) <= r: from the quotient, then corrected for rounding
+    k = np.floor(r / g).astype(np.int64) - start
+    k = np.where(g * (start + k) > r, k - 1, k)
+    k = np.where(g * (start + k + 1) <= r, k + 1, k)
+    return int(min(n, k.min()))
+
+
+def _rows(member: np.ndarray) -> tuple[int, ...]:
+    """Each row of a bool matrix as a Python int (bit i set where row[i])."""
+    packed = np.packbits(member, axis=1, bitorder="little")
+    raw, nb = packed.tobytes(), packed.shape[1]
+    return tuple(int.from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(packed.shape[0]))
+
+
+def _per_node(values: np.ndarray, bounds: list[int]) -> list[tuple[float, ...]]:
+    """Per row of ``values`` [c, entries], per node the sum over its entries (node v's at
+    ``bounds[v]:bounds[v + 1]``)."""
+    n = len(bounds) - 1
+    if n == 0:
+        return [()] * values.shape[0]
+    if values.shape[1] == 0:
+        return [(0.0,) * n] * values.shape[0]
+    starts = np.asarray(bounds[:-1])
+    sums = np.add.reduceat(values, np.minimum(starts, values.shape[1] - 1), axis=1)
+    sums[:, starts == np.asarray(bounds[1:])] = 0.0      # reduceat's empty segments hold an entry
+    return [tuple(row) for row in sums.tolist()]
 
 
 def cpu_view(rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None) -> CpuView:

@@ -76,6 +76,10 @@ __all__ = ["select_exact_cpu", "select_max_linear_cpu", "select_marginal_cpu", "
 _SPECFIT_PATH = True      # SpecFit-equivalent costs answered by select_exact's portfolio
 _CHECK_EVERY = 16         # states between two looks at the clock
 _RELAX_BRANCHES = True    # Eq. 4's bound on the large branches (cpu_relax.BranchBound)
+# pools up to this size whose cost is flat at K (cpu_cost.FlatCost) skip the relaxation: on
+# 18- and 32-node EAGLE-shaped pools the search alone was as fast or faster (up to 9x with
+# per-layer read times), on 64 nodes it was not (benchmarks/bench_solvers_cpu.py)
+_FLAT_SEARCH_NODES = 32
 
 
 class _Stop(Exception):
@@ -130,14 +134,18 @@ def _first(view: CpuView, K: int, lam: float | None, start: tuple[int, ...] | No
     if K == 0:
         return inc
     counts = view.start.copy()
-    r, g = view.r, view.g
-    present, c, rs, picked = 1, view.c0, 1.0, []
+    r, g, flat = view.r, view.g, _flat(view, K)
+    present, c, rs, picked, cover = 1, view.c0, 1.0, [], 0
     best_q, best_s = inc[0], 0
     for v in search_view(pool).by_p:
         if not (present >> (pool.parents[v] + 1)) & 1:
             continue
         present |= 1 << (v + 1)
-        c += view.alone[v] + _push(counts, view.idx[v], r, g)
+        if flat is None:
+            c += view.alone[v] + _push(counts, view.idx[v], r, g)
+        else:
+            c += flat.gain(cover, v)
+            cover |= flat.masks[v]
         rs += pool.probs[v]
         picked.append(v)
         t = view.b[len(picked)] + c
@@ -164,6 +172,12 @@ def _push(counts: np.ndarray, idx: np.ndarray, r: np.ndarray, g: np.ndarray) -> 
     old = np.where(c > 0, np.maximum(rr, gg * c), 0.0)
     counts[idx] = c + 1
     return float(new.sum() - old.sum())
+
+
+def _flat(view: CpuView, K: int):
+    """The view's :class:`solvers.cpu_cost.FlatCost` where it holds for sets of up to K nodes, else None."""
+    flat = view.flat
+    return flat if flat is not None and K <= flat.k_max else None
 
 
 def _values(view: CpuView, lam: float) -> tuple:
@@ -215,6 +229,7 @@ class _Search:
         self.gains: dict = {}
         self.chosen: list[int] = []
         self.work, self.check = 0, _CHECK_EVERY
+        self.flat = _flat(view, K)
 
     def run(self) -> None:
         roots = self.sv.roots
@@ -279,16 +294,17 @@ class _Search:
             self.gains.clear()
         return True
 
-    def visit(self, frontier: list[int], union: int, rs: float, s: int, C: float, G: float,
+    def visit(self, frontier: list[int], cover: int, rs: float, s: int, C: float, G: float,
               psA: float, pcA: int, psB: float, pcB: int) -> None:
         # frontier: ids whose parent is in S ∪ {root}, ascending, all above S's ids; psX,
-        # pcX: sum and count of the positive a_v (bound X) over the frontier's subtrees
+        # pcX: sum and count of the positive a_v (bound X) over the frontier's subtrees;
+        # cover: S's unpaid pairs where the view is flat (its counts are not kept then)
         self.work += 1
         if self.deadline is not None and self.work > self.check:
             if time.perf_counter() > self.deadline:
                 raise _Stop
             self.check = self.work + _CHECK_EVERY
-        view, counts, chosen = self.view, self.counts, self.chosen
+        view, counts, chosen, flat = self.view, self.counts, self.chosen, self.flat
         s1, b1, last = s + 1, view.b[s + 1], len(frontier) - 1
         floor, baseA, baseB = self.levels(rs, C, G, s)
         (aA, spA, scA), (aB, spB, scB) = self.vals
@@ -300,8 +316,14 @@ class _Search:
                 return
             if self.relaxed is not None and self.relaxed_cut(frontier[pos:], rs, s):
                 return
-            u2, r2 = union | view.cpu_pool.masks[j], rs + view.pool.probs[j]
-            C2 = C + view.alone[j] + _push(counts, view.idx[j], view.r, view.g)
+            r2 = rs + view.pool.probs[j]
+            if flat is None:
+                C2, cover2 = C + view.alone[j] + _push(counts, view.idx[j], view.r, view.g), cover
+            else:
+                mask = flat.masks[j]
+                new = mask & ~cover
+                C2 = C + sum([r * (new & m).bit_count() for r, m in flat.classes]) if new else C
+                cover2 = cover | mask
             G2 = G + view.gamma[j]
             chosen.append(j)
             if self.offer(r2, b1 + C2):
@@ -318,11 +340,12 @@ class _Search:
                     nxt = kids + frontier[pos + 1:]
                     if pos < last:
                         nxt.sort()
-                    self.visit(nxt, u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
+                    self.visit(nxt, cover2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
                 elif pos < last:
-                    self.visit(frontier[pos + 1:], u2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
+                    self.visit(frontier[pos + 1:], cover2, r2, s1, C2, G2, psA2, pcA2, psB2, pcB2)
             chosen.pop()
-            counts[view.idx[j]] -= 1
+            if flat is None:
+                counts[view.idx[j]] -= 1
             if self.lam != lam or self.target != target:
                 # a deeper state raised the incumbent: bound the rest with its values
                 (aA, spA, scA), (aB, spB, scB) = self.vals
@@ -447,6 +470,8 @@ def _ratio(rpool: RoutedPool, K: int, cost: CpuCostModel, tokens: np.ndarray | N
         if len(first) > K:
             raise InvalidInput(f"start has {len(first)} nodes, more than K = {K}")
     view = cpu_view(rpool, cost, tokens)
+    if rpool.n <= _FLAT_SEARCH_NODES and _flat(view, K) is not None:
+        return _solve(rpool, view, K, None, first, deadline)
     relax = specfit_relaxation(rpool, K, cost, tokens) if _SPECFIT_PATH else None
     if relax is None or not (relax.equivalent or _mostly_read_bound(view)):
         return _solve(rpool, view, K, None, first, deadline)

@@ -122,7 +122,7 @@ def select_cpu(view, K: int, cost, *, adaptive: bool):
     ``solvers.select_exact_cpu`` (``select_marginal_cpu`` at batch > 1), with Lemma 2's adaptive
     depth when ``adaptive``.  Returns (the selection's node ids, the drafted levels)."""
     levels = np.asarray(view.levels, dtype=np.int64)
-    full = _Sub(view, cost, levels, None)
+    full = _Sub.of(view, cost, levels)
     best = full.select(K)
     depth = int(levels.max())
     if not adaptive:
@@ -135,11 +135,11 @@ def select_cpu(view, K: int, cost, *, adaptive: bool):
     for d in range(1, m):
         cut = full.evaluate(tuple(int(v) for v in best.ids if levels[v] <= d))
         if known is None:
-            known = _Sub(view, cost, levels, d - 1).select(K, _better(cut, None, levels, d - 1))
+            known = full.upto(d - 1).select(K, _better(cut, None, levels, d - 1))
         if _beats(cut, known):
             known = None
             continue
-        sel = _Sub(view, cost, levels, d).select(K, _better(known, cut, levels, d))
+        sel = full.upto(d).select(K, _better(known, cut, levels, d))
         if not np.any(levels[sel.ids] == d):
             return sel.ids, d
         known = sel
@@ -172,22 +172,28 @@ def _better(a: _Picked | None, b: _Picked | None, levels: np.ndarray, d: int) ->
 
 
 class _Sub:
-    """V≤d (the whole pool when ``d`` is None) as a ``solvers.RoutedPool``, selected and evaluated in ids of
-    the full pool."""
+    """V≤d (the whole pool when ``ids`` covers it) as a ``solvers.RoutedPool``, selected and evaluated in
+    ids of the full pool."""
 
-    def __init__(self, view, cost, levels: np.ndarray, d: int | None):
+    def __init__(self, rpool, ids: np.ndarray, cost, levels: np.ndarray):
+        self.rpool, self.ids, self.cost, self.levels = rpool, ids, cost, levels
+        self.local = np.full(len(levels), -1, dtype=np.int64)
+        self.local[ids] = np.arange(len(ids))
+        self.tokens = None if cost.tokens is None else cost.tokens.reshape(rpool.pool.num_layers, -1)
+
+    @classmethod
+    def of(cls, view, cost, levels: np.ndarray) -> _Sub:
+        """The view's whole pool."""
         from solvers import RoutedPool
 
-        parents = np.asarray(view.parents, dtype=np.int64)
-        self.ids = np.arange(len(parents)) if d is None else np.flatnonzero(levels <= d)
-        self.local = np.full(len(parents), -1, dtype=np.int64)
-        self.local[self.ids] = np.arange(len(self.ids))
-        sub_parents = np.where(parents[self.ids] >= 0, self.local[np.maximum(parents[self.ids], 0)], -1)
-        self.rpool = RoutedPool.from_routes(sub_parents, np.asarray(view.p, dtype=np.float64)[self.ids],
-                                            view.root_routes, np.asarray(view.node_routes)[self.ids],
-                                            view.num_experts)
-        self.cost = cost
-        self.tokens = None if cost.tokens is None else cost.tokens.reshape(self.rpool.pool.num_layers, -1)
+        rpool = RoutedPool.from_routes(np.asarray(view.parents, dtype=np.int64), np.asarray(view.p, dtype=np.float64),
+                                       view.root_routes, np.asarray(view.node_routes), view.num_experts)
+        return cls(rpool, np.arange(len(levels)), cost, levels)
+
+    def upto(self, d: int) -> _Sub:
+        """V≤d of this (whole) pool: sliced where its ids are a prefix (``RoutedPool.upto_level``)."""
+        rpool, keep = self.rpool.upto_level(d)
+        return _Sub(rpool, np.asarray(keep, dtype=np.int64), self.cost, self.levels)
 
     def select(self, K: int, start: tuple[int, ...] | None = None) -> _Picked:
         from solvers import select_exact_cpu, select_marginal_cpu

@@ -15,7 +15,8 @@ from solvers_brute import RawPool, legal_sets
 from solvers_strategies import raw_pools, tie_pools
 
 from solvers import CostModel, InvalidInput, cpu_exact, evaluate, select_exact, select_max_linear
-from solvers.cpu_cost import CpuCostModel, RoutedPool, cpu_evaluate
+from solvers import cpu_cost as cpu_cost_module
+from solvers.cpu_cost import CpuCostModel, RoutedPool, cpu_evaluate, cpu_view
 from solvers.cpu_exact import (
     cpu_dinkelbach,
     select_exact_cpu,
@@ -114,17 +115,20 @@ def check(sel, ref):
 
 
 @contextmanager
-def way(relaxation: bool):
-    """Both ways to the answer: the Eq. 4 relaxation where it applies, and the search alone."""
-    saved = cpu_exact._SPECFIT_PATH
-    cpu_exact._SPECFIT_PATH = relaxation
+def way(mode):
+    """Every way to the answer: the Eq. 4 relaxation where it applies (True), the search alone
+    (False), and the search alone counting tokens per pair where the cost is flat too ("counts":
+    no ``FlatCost``)."""
+    saved = cpu_exact._SPECFIT_PATH, cpu_cost_module._FLAT
+    cpu_exact._SPECFIT_PATH = mode is True
+    cpu_cost_module._FLAT = mode != "counts"
     try:
         yield
     finally:
-        cpu_exact._SPECFIT_PATH = saved
+        cpu_exact._SPECFIT_PATH, cpu_cost_module._FLAT = saved
 
 
-BOTH = pytest.mark.parametrize("relax", [True, False], ids=["relaxation", "search-only"])
+BOTH = pytest.mark.parametrize("relax", [True, False, "counts"], ids=["relaxation", "search-only", "counts"])
 
 
 @BOTH
@@ -192,6 +196,82 @@ def test_marginal_equals_brute_force(relax, data):
     else:
         assert sel.nodes == ref[0]
         assert sel.reward - lam * sel.time == ref[1] - lam * ref[3]
+
+
+@st.composite
+def flat_costs(draw, L: int, N: int, K: int):
+    """Costs that stay read-bound (g·n <= r up to K + 1 tokens and more) with a few read times per
+    layer, per expert or one, on the CPU and on the GPU: the weighted union of ``FlatCost``."""
+    b = [draw(st.floats(0.1, 10.0)) for _ in range(K + 1)]
+    values = draw(st.lists(st.sampled_from([0.25, 0.5, 0.75, 1.0, 0.3125, 0.1]), min_size=1, max_size=3))
+    kind = draw(st.sampled_from(["one", "layer", "expert"]))
+    if kind == "one":
+        read = values[0]
+        read_full = np.full((L, N), read)
+    elif kind == "layer":
+        read = np.array([draw(st.sampled_from(values)) for _ in range(L)])
+        read_full = np.repeat(read[:, None], N, axis=1)
+    else:
+        read = np.array([[draw(st.sampled_from(values)) for _ in range(N)] for _ in range(L)])
+        read_full = read
+    g = min(values) / draw(st.sampled_from([16, 64]))
+    on_cpu = None if draw(st.booleans()) else np.array([draw(st.booleans()) for _ in range(L)])
+    cpu_full = np.ones((L, N), dtype=bool) if on_cpu is None else np.repeat(on_cpu[:, None], N, axis=1)
+    gpu = draw(st.sampled_from([0.0, 0.0625]))
+    cost = CpuCostModel(b, read, g, on_cpu=on_cpu, gpu_read=gpu, gpu_compute=gpu / 64)
+    return b, np.where(cpu_full, read_full, gpu), np.where(cpu_full, g, gpu / 64), cpu_full, cost
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_flat_costs_equal_brute_force(data):
+    # the weighted union of FlatCost (bitmaps, sums in integers) against the brute force, alone
+    # and in a batched forward, for the ratio, the linear objective and every subtree's price
+    raw = data.draw(st.one_of(raw_pools(max_nodes=8), tie_pools(max_nodes=10)))
+    K = data.draw(st.integers(0, 6))
+    L, N = raw.root.shape[0], raw.N
+    b, r, g, cpu, cost = data.draw(flat_costs(L, N, K))
+    others = None
+    if data.draw(st.booleans()):
+        others = np.array([[data.draw(st.sampled_from([0, 0, 1, 2])) for _ in range(N)] for _ in range(L)])
+    rp = routed(raw)
+    view = cpu_view(rp, cost, None if others is None else others.reshape(-1).astype(np.int64))
+    assert view.flat is not None and view.flat.k_max >= min(K, rp.n)
+    if others is None:
+        check(select_exact_cpu(rp, K, cost), brute(raw, K, b, r, g, cpu))
+        for combo in itertools.islice(legal_sets(raw, K), 40):
+            sel = cpu_evaluate(rp, combo, cost)
+            assert (sel.reward, sel.union, sel.time) == priced(raw, combo, b, r, g, cpu)
+    else:
+        check(select_marginal_cpu(rp, K, cost, others), brute(raw, K, b, r, g, cpu, others=others))
+    lam = data.draw(st.floats(0.0, 3.0))
+    nodes, rr, _f, t = brute(raw, K, b, r, g, cpu, lam, others)
+    sel = select_max_linear_cpu(rp, K, cost, lam) if others is None else \
+        select_marginal_cpu(rp, K, cost, others, lam=lam)
+    assert sel.nodes == nodes and sel.reward - lam * sel.time == rr - lam * t
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_a_level_prefix_selects_as_a_pool_built_anew(data):
+    # RoutedPool.upto_level slices the pool and the views already built for it (ids listed level by
+    # level) or builds V≤d anew (other orders): the same answers as V≤d from its routes
+    raw = data.draw(raw_pools(max_nodes=9, min_nodes=1))
+    K = data.draw(st.integers(0, 6))
+    L, N = raw.root.shape[0], raw.N
+    _b, _r, _g, _cpu, cost = data.draw(st.one_of(cpu_costs(L, N, K), flat_costs(L, N, K)))
+    rp = routed(raw)
+    select_exact_cpu(rp, K, cost)                      # builds and caches the whole pool's view
+    d = data.draw(st.integers(0, rp.pool.depth))
+    sub, keep = rp.upto_level(d)
+    assert keep == tuple(v for v in range(rp.n) if rp.pool.levels[v] <= d)
+    new_id = {v: i for i, v in enumerate(keep)}
+    fresh = RoutedPool.from_routes([new_id.get(raw.parents[v], -1) for v in keep], [raw.probs[v] for v in keep],
+                                   raw.root, raw.nodes[list(keep)], N)
+    assert select_exact_cpu(sub, K, cost) == select_exact_cpu(fresh, K, cost)
+    for combo in itertools.islice(legal_sets(RawPool(list(fresh.pool.parents), list(fresh.pool.probs),
+                                                     raw.root, raw.nodes[list(keep)], N), K), 30):
+        assert cpu_evaluate(sub, combo, cost) == cpu_evaluate(fresh, combo, cost)
 
 
 def test_marginal_without_other_tokens_is_the_plain_selection():
