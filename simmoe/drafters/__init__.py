@@ -136,7 +136,7 @@ def profile_for_trace(trace: Any, profile: Any, name: str | None = None,
     drafter = for_trace(trace, name, params)
     out = profile_with_drafter(profile, drafter)
     if drafter.name != DEFAULT:
-        drafter.drafting_ms(out.physical, 1, 1)   # a cost that cannot be computed is refused before any work
+        out.physical.draft_ms(1, 1, served=False)   # a cost that cannot be computed is refused before any work
     return out
 
 
@@ -147,8 +147,9 @@ def with_trace_drafter(trace: Any, profile: Any) -> Any:
     drafter is never charged EAGLE-3's drafting; EAGLE-3's traces keep the
     profile itself.
     """
-    from simmoe.drafters.cost import DrafterPhysical
+    from simmoe.drafters.cost import DrafterCpuForward, DrafterPhysical
 
-    if isinstance(getattr(profile, "physical", None), DrafterPhysical) or trace_drafter(trace)[0] == DEFAULT:
+    chosen = isinstance(getattr(profile, "physical", None), (DrafterPhysical, DrafterCpuForward))
+    if chosen or trace_drafter(trace)[0] == DEFAULT:
         return profile
     return profile_for_trace(trace, profile)

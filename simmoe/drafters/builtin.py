@@ -15,6 +15,7 @@ import numpy as np
 from simmoe.drafters.base import DrafterBase, chain_shape, conditional_rates, tree_shape
 from simmoe.drafters.cost import (
     allreduce_ms,
+    draft_cpu_forward,
     draft_model_physical,
     expected_union,
     head_ms,
@@ -138,8 +139,13 @@ class LlamaChain(DrafterBase):
     model (``draft_model``, a catalogued model: ``simmoe models``) over one
     token per request on the target's GPU (:func:`draft_model_physical`); a
     draft model that is itself an MoE reads the experts its tokens reach
-    (:func:`expected_union`), every one in GPU memory (llama.cpp's
-    ``--spec-draft-n-cpu-moe`` placement is not modelled).
+    (:func:`expected_union`: top-k of them at batch 1), in GPU memory, or,
+    with ``draft_n_cpu_moe`` N (llama.cpp's ``--spec-draft-n-cpu-moe``), those
+    of its first N decoder layers on the CPU of a CPU-expert profile
+    (:func:`draft_cpu_forward`: the same CPU, link and terms as the target's
+    CPU experts, the draft model's checkpoint format).  One draft step is one
+    token per request, so each CPU layer reads the experts it reaches once per
+    step.
     """
 
     name = "llama-chain"
@@ -147,11 +153,29 @@ class LlamaChain(DrafterBase):
     PARAMS = (
         ("draft_max", int, 16, "chain length drafted (llama.cpp --draft-max, default 16)"),
         ("draft_model", str, None, "the draft model, a catalogued model (simmoe models): needed for its cost"),
+        ("draft_n_cpu_moe", int, None, "an MoE draft model's first N decoder layers' experts on the CPU "
+                                       "(llama.cpp --spec-draft-n-cpu-moe; a profile with a CPU)"),
     )
 
     def check(self) -> None:
         if not 1 <= self["draft_max"] <= 64:
             raise self.refuse("draft_max", "must lie in 1..64")
+        n = self["draft_n_cpu_moe"]
+        if n is None:
+            return
+        if n < 0:
+            raise self.refuse("draft_n_cpu_moe", "must be non-negative")
+        if self["draft_model"] is None:
+            raise SimmoeError("drafter llama-chain: draft_n_cpu_moe places the draft model's experts; name the "
+                              "draft model (--drafter-param draft_model=NAME, a catalogued model: simmoe models)")
+        from simmoe.hardware.catalogue import load_model
+
+        draft = load_model(self["draft_model"])
+        if draft.dense:
+            raise self.refuse("draft_n_cpu_moe", f"has no meaning: draft model {draft.name} is dense (no experts)")
+        if n > draft.decoder_layers:
+            raise self.refuse("draft_n_cpu_moe", f"names more layers than {draft.name} has "
+                                                 f"({draft.decoder_layers} decoder layers)")
 
     def pool_shape(self) -> PoolShape:
         return chain_shape(self["draft_max"])
@@ -177,9 +201,10 @@ class LlamaChain(DrafterBase):
         key = (id(phys), n)
         if key not in self.memo:   # a replay asks once per step: the catalogue is read once per model and batch
             draft = self.draft_spec(phys.model)
-            dp = draft_model_physical(phys, draft)
             u = expected_union(draft.num_experts, draft.top_k, n) if not draft.dense else 1.0
-            self.memo[key] = (float(dp.forward_ms(n, u)), phys)   # phys kept alive: its id stays its own
+            layers = self["draft_n_cpu_moe"]
+            fwd = draft_model_physical(phys, draft) if layers is None else draft_cpu_forward(phys, draft, layers)
+            self.memo[key] = (float(fwd.forward_ms(n, u)), phys)   # phys kept alive: its id stays its own
         return self.memo[key][0]
 
     def drafting_ms(self, physical: Any, levels: int, requests: int = 1) -> float:

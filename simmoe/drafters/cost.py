@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from simmoe.errors import SimmoeError
-from simmoe.hardware.catalogue import DTYPE_BYTES, ModelSpec
+from simmoe.hardware.catalogue import DTYPE_BYTES, ModelSpec, format_names, load_format
+from simmoe.hardware.cpu_forward import CpuForward, Placement
 from simmoe.hardware.physical import Overheads, PhysicalModel, counterpart_name
 
 
@@ -65,17 +66,32 @@ def draft_model_physical(phys: PhysicalModel, draft: ModelSpec) -> PhysicalModel
         source=f"draft model {draft.name} with the target's setting"))
 
 
+def draft_cpu_forward(phys: Any, draft: ModelSpec, layers: int) -> CpuForward:
+    """The draft model with its first ``layers`` decoder layers' experts on the target's CPU (llama.cpp's
+    ``--spec-draft-n-cpu-moe``): the target profile's CPU, link, CPU terms and engine, the draft model's
+    checkpoint format; refused in one line on a profile without a CPU."""
+    host = getattr(phys, "host", None)
+    if host is None:
+        raise SimmoeError(f"drafter llama-chain: draft_n_cpu_moe={layers} puts the draft model's experts on the "
+                          "CPU, but the profile has none (a profile MODEL@GPU+CPU~PLACEMENT: docs/cpu-experts.md)")
+    fmt = load_format(draft.expert_dtype if draft.expert_dtype in format_names() else "bf16")
+    return CpuForward(draft_model_physical(phys, draft), host.cpu, fmt, Placement("layers", int(layers)),
+                      host.link, host.terms, host.engine)
+
+
 class DrafterPhysical(PhysicalModel):
     """The target's physical model whose drafting is the drafter's (every other term unchanged).
 
     ``draft_ms`` keeps the served iteration's term of the base model (what a
     speculative iteration costs beyond drafting and the forward), so only
-    the drafting itself follows the drafter.
+    the drafting itself follows the drafter.  ``host``: the profile's
+    :class:`CpuForward` where its experts run on a CPU (the drafter's GPU
+    part is ``base``), else None.
     """
 
-    def __init__(self, base: PhysicalModel, drafter: Any):   # noqa: D107 - a copy of base, not a new model
+    def __init__(self, base: PhysicalModel, drafter: Any, host: CpuForward | None = None):   # noqa: D107
         self.__dict__.update(base.__dict__)
-        self.drafter = drafter
+        self.drafter, self.host = drafter, host
 
     def draft_ms(self, levels: int, requests: int = 1, *, served: bool = True, **served_terms: Any) -> float:
         levels = int(levels)
@@ -91,11 +107,24 @@ class DrafterPhysical(PhysicalModel):
         return f"{PhysicalModel.describe(self)}, drafter {self.drafter.name}"
 
 
+class DrafterCpuForward(CpuForward):
+    """A CPU-expert profile's forward whose drafting (on its GPU part) is the drafter's; every other term unchanged."""
+
+    def __init__(self, base: CpuForward, drafter: Any):   # noqa: D107 - a copy of base, not a new model
+        self.__dict__.update(base.__dict__)
+        self.gpu = DrafterPhysical(base.gpu, drafter, host=base)
+        self.drafter = drafter
+
+    def describe(self) -> str:
+        return f"{CpuForward.describe(self)}, drafter {self.drafter.name}"
+
+
 def profile_with_drafter(profile: Any, drafter: Any) -> Any:
     """``profile`` with its drafting charged as ``drafter`` drafts (EAGLE-3: the profile itself).
 
-    A physical profile (``MODEL@GPU...``) gets a :class:`DrafterPhysical`, the
-    event model's ``draft_level_ms``/``draft_fixed_ms`` (the drafter's cost at
+    A physical profile (``MODEL@GPU...``) gets a :class:`DrafterPhysical` (a
+    CPU-expert one, ``...+CPU~PLACEMENT``, a :class:`DrafterCpuForward`: the
+    drafting runs on its GPU part), the event model's ``draft_level_ms``/``draft_fixed_ms`` (the drafter's cost at
     batch 1 is affine in the levels) and SpecFit's b_k rebuilt on it.  A
     profile without the physical model measured or fitted EAGLE-3's drafting:
     another drafter on it is refused in one line.
@@ -108,7 +137,7 @@ def profile_with_drafter(profile: Any, drafter: Any) -> Any:
         hint = f" (this model and GPU: {other})" if other else ""
         raise SimmoeError(f"drafter {drafter.name}: profile {profile.name} times EAGLE-3's drafting as measured or "
                           f"fitted; a drafter's cost needs the physical model, a profile MODEL@GPU[+LINK]{hint}")
-    dp = DrafterPhysical(phys, drafter)
+    dp = DrafterCpuForward(phys, drafter) if isinstance(phys, CpuForward) else DrafterPhysical(phys, drafter)
     one, two = dp.draft_ms(1, served=False), dp.draft_ms(2, served=False)
     level = two - one
     b, _ = dp.cost_model(len(profile.cost_b_cache) - 1 if profile.cost_b_cache else 64, levels=4)
