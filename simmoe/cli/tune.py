@@ -17,12 +17,16 @@ def register(sub) -> None:
         "tune", help="Search an engine's speculative flags for a model on given hardware (synthetic prediction)",
         description="Search the speculative-decoding configurations a serving engine exposes (SGLang's EAGLE-3 "
         "tree, vLLM's chain, llama.cpp's draft flags) by successive halving over synthetic traces of a "
-        "workload preset replayed on a hardware profile; print the best, their flags, and why (a per-token "
-        "time breakdown of the best, the engine's default and AR).  Every number is a prediction on "
-        "synthetic traces.  Ctrl-C prints the best found so far (exit 130).  docs/tune.md")
+        "workload preset (or on a given trace) replayed on a hardware profile; print the best, their flags, "
+        "and why (a per-token time breakdown of the best, the engine's default and AR).  Every number is a "
+        "prediction, on synthetic traces unless a recorded trace is given.  Ctrl-C prints the best found so "
+        "far (exit 130).  docs/tune.md")
     p.add_argument("--hardware", required=True, metavar="PROFILE",
-                   help="a profile, e.g. qwen3-30b-a3b@h100-sxm:tp2 (simmoe models)")
-    p.add_argument("--workload", default="mt_bench", help="a synthetic preset (default mt_bench; simmoe synth)")
+                   help="a profile, e.g. qwen3-30b-a3b@h100-sxm:tp2 (simmoe models); with --engine llama.cpp "
+                        "a CPU-expert profile MODEL[/FORMAT]@GPU[+LINK]+CPU[~PLACEMENT] searches the placement "
+                        "(--n-cpu-moe, -cmoe, --moe-cache-mib)")
+    p.add_argument("--workload", default="mt_bench", metavar="PRESET|TRACE",
+                   help="a synthetic preset (default mt_bench; simmoe synth) or a trace file (.parquet)")
     p.add_argument("--engine", default="sglang", choices=ENGINES, help="the serving engine (default sglang)")
     p.add_argument("--algorithm", default=None,
                    help="the engine's speculative algorithm (default its EAGLE-3 or draft algorithm; AR)")

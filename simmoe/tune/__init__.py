@@ -13,7 +13,8 @@ whole :class:`~simmoe.tune.run.Outcome`: the best, the reason, the calibration).
 prediction), :mod:`~simmoe.tune.search` (successive halving),
 :mod:`~simmoe.tune.calibrate` (a measured point), :mod:`~simmoe.tune.run`,
 :mod:`~simmoe.tune.output`, :mod:`~simmoe.tune.report` (``reports/tune.md``).
-Every number is a prediction on SYNTHETIC traces.
+Every number is a prediction (on SYNTHETIC traces unless a recorded trace is
+the workload; ``df.attrs["synthetic"]`` and the ``synthetic`` column say which).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def tune(hardware: str, workload: str = "mt_bench", engine: str = "sglang", *, a
          progress=None) -> Any:
     """Search ``engine``'s speculative configurations for ``hardware`` and ``workload``; every row a prediction.
 
+    ``workload``: a synthetic preset's name or a trace file's path (``.parquet``);
+    ``hardware`` may name the CPU-expert regime
+    (``MODEL[/FORMAT]@GPU[+LINK]+CPU[~PLACEMENT]``, ``engine="llama.cpp"``),
+    whose placement is then searched.
     ``budget``: seconds, or text such as ``"60s"``; ``measured``: one measured
     point (a dict or ``simmoe tune --measured``'s text: topk, steps,
     draft_tokens, accept_len, tokens_per_s, vanilla_tokens_per_s);
@@ -47,9 +52,12 @@ def tune(hardware: str, workload: str = "mt_bench", engine: str = "sglang", *, a
     outcome = run_tune(hardware=hardware, workload=workload, engine=engine, algorithm=algorithm, batch=batch,
                        budget_s=parse_budget(budget), seed=seed, workers=workers, selections=selections,
                        measured=measured, progress=progress)
+    from simmoe.tune.evaluate import is_synthetic, workload_label
+
     df = pd.DataFrame(outcome.frame_rows())
     df.attrs["outcome"] = outcome
-    df.attrs["synthetic"] = True
+    df.attrs["synthetic"] = is_synthetic(outcome.setup)
+    df.attrs["workload"] = workload_label(outcome.setup)
     return df
 
 

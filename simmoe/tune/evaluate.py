@@ -9,17 +9,25 @@ nodes holds the pool of any smaller K (the top-K nodes by path probability),
 so narrowing the trace's ``max_nodes`` and ``K`` replays SGLang's
 ``--speculative-num-draft-tokens``.
 
-Every number here is a prediction on SYNTHETIC traces.
+A recorded trace (``--workload TRACE``) fixes its pools: every configuration
+replays that trace's first N requests, narrowed to its budget as above.
+With experts on the CPU (:mod:`simmoe.tune.cpu`) each configuration's
+placement names its own profile.
+
+Every number here is a prediction; on SYNTHETIC traces unless a recorded
+trace is given.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from simmoe.errors import SimmoeError
+from simmoe.tune.cpu import CpuBase
 from simmoe.tune.space import TuneConfig
 
 
@@ -36,15 +44,57 @@ class Setup:
     # serving terms replacing the profile's fitted ones (None: the fitted setting's)
     step_ms: float | None = None
     spec_iteration_ms: float | None = None
+    # llama.cpp with experts on the CPU: the profile without its placement (simmoe.tune.cpu), else None
+    cpu: CpuBase | None = None
+    # a trace file's path when the workload is a trace (its pools fixed), else None (a synthetic preset)
+    trace_path: str | None = None
+
+    def hardware_of(self, cfg: TuneConfig | None = None) -> str:
+        """The profile name a configuration replays on (its placement's, with experts on the CPU)."""
+        if self.cpu is None:
+            return self.hardware
+        placement = cfg.placement if cfg is not None and cfg.placement is not None else self.cpu.start
+        return self.cpu.name(placement or "cpu-all")
+
+
+def is_trace_path(workload: str) -> bool:
+    """Whether ``workload`` names a trace file rather than a preset (a path, or a name ending in .parquet)."""
+    from simmoe.synth import PRESETS
+
+    w = str(workload)
+    return w not in PRESETS and (w.endswith(".parquet") or "/" in w or os.sep in w or os.path.exists(w))
 
 
 def check_workload(workload: str) -> None:
     from simmoe.synth import PRESETS
 
-    if workload not in PRESETS:
+    if workload not in PRESETS and not is_trace_path(workload):
         raise SimmoeError(f"--workload {workload}: no synthetic preset of that name (known: "
-                          f"{', '.join(sorted(PRESETS))}); tune generates each tree shape from a preset, "
-                          "so a recorded trace, whose shape is fixed, cannot be tuned")
+                          f"{', '.join(sorted(PRESETS))}) and not a trace file (a path to a .parquet trace, "
+                          "as simmoe replay reads)")
+
+
+def load_trace(path: str):
+    """The trace of a ``--workload TRACE`` (read and validated once per process; one line if unreadable)."""
+    key = ("file", str(path))
+    if key not in _TRACES:
+        from simmoe.trace.io import read_trace
+
+        _TRACES[key] = read_trace(path)
+    return _TRACES[key]
+
+
+def workload_label(setup: Setup) -> str:
+    """Which workload was tuned on and whether it is synthetic (SYNTHETIC where it is)."""
+    if setup.trace_path is None:
+        return f"{setup.workload} (SYNTHETIC preset)"
+    t = load_trace(setup.trace_path)
+    kind = "SYNTHETIC trace" if t.is_synthetic else "recorded trace"
+    return f"{setup.trace_path} ({kind}, {len(t.requests)} requests)"
+
+
+def is_synthetic(setup: Setup) -> bool:
+    return setup.trace_path is None or bool(load_trace(setup.trace_path).is_synthetic)
 
 
 def shifted(conf: float, shift: float) -> float:
@@ -79,13 +129,14 @@ _PROFILES: dict = {}
 _TRACES: dict = {}
 
 
-def profile_of(setup: Setup):
+def profile_of(setup: Setup, cfg: TuneConfig | None = None):
     """The hardware profile, its serving terms replaced where the user's measured point set them."""
-    key = (setup.hardware, setup.step_ms, setup.spec_iteration_ms)
+    name = setup.hardware_of(cfg)
+    key = (name, setup.step_ms, setup.spec_iteration_ms)
     if key not in _PROFILES:
         from simmoe.hardware.profile import HardwareProfile, load_profile, validate
 
-        prof = load_profile(setup.hardware)
+        prof = load_profile(name)
         if (setup.step_ms is not None or setup.spec_iteration_ms is not None) and prof.physical is not None:
             from simmoe.hardware.physical import profile_fields
 
@@ -103,6 +154,8 @@ def trace_for(setup: Setup, cfg: TuneConfig, requests: int):
     """The synthetic trace of ``cfg``'s pool shape over the first ``requests`` requests (memoized)."""
     from simmoe.synth import generate
 
+    if setup.trace_path is not None:
+        return load_trace(setup.trace_path)
     key = _trace_key(setup, cfg, requests)
     if key not in _TRACES:
         if len(_TRACES) > 64:   # a long search visits many shapes: keep memory bounded
@@ -115,6 +168,8 @@ def trace_for(setup: Setup, cfg: TuneConfig, requests: int):
 
 
 def _trace_key(setup: Setup, cfg: TuneConfig, requests: int) -> tuple:
+    if setup.trace_path is not None:
+        return ("file", str(setup.trace_path))
     return (setup.workload, setup.seed, setup.confidence_shift, cfg.trace_key(), requests)
 
 
@@ -128,13 +183,17 @@ def narrowed(trace, cfg: TuneConfig):
     return replace(trace, meta={**trace.meta, "pool_shape": shape.to_dict()})
 
 
-def replay_config(setup: Setup, cfg: TuneConfig, profile):
+def replay_config(setup: Setup, cfg: TuneConfig, profile, requests: int | None = None):
     from simmoe.replay.config import ReplayConfig
+    from simmoe.tune.cpu import cache_experts
 
+    common = dict(selector=cfg.selection, hardware=profile.name, batch=setup.batch, seed=setup.seed,
+                  options=cfg.options(), selector_ms=0.0, requests=requests)
+    if cfg.placement is not None:   # a static placement fixes the GPU's experts; cpu-misses:M caches M MiB
+        budget = cache_experts(cfg.placement, profile.physical)
+        return ReplayConfig(**common, slots=0, cache="none" if budget is None else "lru", cache_budget=budget)
     resident = bool(profile.resident)
-    return ReplayConfig(selector=cfg.selection, hardware=profile.name, batch=setup.batch, seed=setup.seed,
-                        options=cfg.options(), selector_ms=0.0,
-                        slots=0 if resident else int(cfg.cache_slots or 48),
+    return ReplayConfig(**common, slots=0 if resident else int(cfg.cache_slots or 48),
                         cache="none" if resident else "lru")
 
 
@@ -142,13 +201,15 @@ def evaluate(setup: Setup, cfg: TuneConfig, requests: int) -> dict:
     """The predicted counters of ``cfg`` on the first ``requests`` requests (module docstring)."""
     from simmoe.replay.engine import replay
 
-    profile = profile_of(setup)
+    profile = profile_of(setup, cfg)
     trace = narrowed(trace_for(setup, cfg, requests), cfg)
-    res = replay(trace, replay_config(setup, cfg, profile), profile)
+    # a trace file holds more requests than the rung replays; a generated one exactly the rung's
+    n = None if setup.trace_path is None else min(int(requests), len(trace.requests))
+    res = replay(trace, replay_config(setup, cfg, profile, n), profile)
     s = res.summary()
     row = {"tokens_per_s": float(s["decode_tps"]), "accept_len": float(s["mat"]),
            "verified": float(s["draft_nodes"]) + (0.0 if cfg.is_ar else 1.0),
-           "output_tokens": int(s["output_tokens"]), "requests": int(requests),
+           "output_tokens": int(s["output_tokens"]), "requests": int(requests if n is None else n),
            # what a recalibration needs to move a serving term exactly
            "decode_ms": float(s["decode_s"]) * 1e3, "replay_steps": int(len(res.steps["step_ms"])),
            "drafting_steps": int(np.sum(np.asarray(res.steps["levels"]) > 0))}
@@ -180,15 +241,39 @@ def breakdown(res, profile) -> dict:
         served = drafting_steps * float(profile.draft_fixed_ms)
     draft = float(np.sum(st["draft_ms"])) - served
     forward = float(np.sum(st["forward_ms"]))
-    if profile.resident and phys is not None:
+    steps = max(len(st["step_ms"]), 1)
+    cpu = 0.0
+    if getattr(phys, "placement", None) is not None:
+        experts, cpu = _cpu_parts(st, phys, forward)
+    elif profile.resident and phys is not None:
         experts = float(np.sum(st["hits"])) * phys.expert_bytes / phys.bw * 1e3
     else:
         experts = float(np.sum(st["misses"])) * profile.effective_copy_ms
-    experts = min(experts, forward)
+    experts = min(experts, forward - cpu)
     framework = float(np.sum(st["commit_ms"])) + float(np.sum(st["selector_ms"])) + served
-    return {"draft_ms_per_token": draft / tokens, "compute_ms_per_token": (forward - experts) / tokens,
-            "experts_ms_per_token": experts / tokens, "framework_ms_per_token": framework / tokens,
-            "experts_per_step": float(np.sum(st["hits"]) + np.sum(st["misses"])) / max(len(st["step_ms"]), 1)}
+    out = {"draft_ms_per_token": draft / tokens, "compute_ms_per_token": (forward - experts - cpu) / tokens,
+           "experts_ms_per_token": experts / tokens, "framework_ms_per_token": framework / tokens,
+           "experts_per_step": float(np.sum(st["hits"]) + np.sum(st["misses"])) / steps,
+           "forward_ms_per_step": forward / steps}
+    if getattr(phys, "placement", None) is not None:
+        out.update(cpu_experts_ms_per_token=cpu / tokens, cpu_experts_per_step=float(np.sum(st["misses"])) / steps)
+    return out
+
+
+def _cpu_parts(st, fwd, forward: float) -> tuple[float, float]:
+    """(GPU expert reads, CPU experts) ms over the decode steps of a CPU-regime replay.
+
+    A step's misses are the experts computed on the CPU, its hits those served
+    on the GPU.  At decode a CPU expert is bound by its DRAM read (n_e below
+    ``membound_tokens``), so each costs the mean read time of the layers that
+    may hold one; a GPU expert its read at the GPU's bandwidth.  The
+    synchronisation and the activations' round trip stay in verify compute.
+    """
+    layers = fwd.cpu_layer if not fwd.placement.uses_cache else np.ones(fwd.L_moe, dtype=bool)
+    read = float(np.mean(fwd.read_ms[layers])) if layers.any() else 0.0
+    cpu = min(float(np.sum(st["misses"])) * read, forward)
+    gpu = float(np.sum(st["hits"])) * float(np.mean(fwd.E)) / fwd.gpu.bw * 1e3
+    return gpu, cpu
 
 
 def evaluate_group(setup: Setup, cfgs: list[TuneConfig], requests: int) -> list[dict]:

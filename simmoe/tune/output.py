@@ -1,6 +1,6 @@
 """What ``simmoe tune`` prints: the best configurations, the flags, the reason, a heat map; and its JSON.
 
-Every number is labelled a prediction on SYNTHETIC traces.
+Every number is labelled a prediction, on SYNTHETIC traces where they are.
 """
 
 from __future__ import annotations
@@ -9,8 +9,16 @@ import math
 
 import numpy as np
 
+from simmoe.tune.evaluate import is_synthetic, workload_label
+
 PARTS = (("draft_ms_per_token", "drafting"), ("compute_ms_per_token", "verify compute"),
          ("experts_ms_per_token", "expert reads"), ("framework_ms_per_token", "framework"))
+CPU_PART = ("cpu_experts_ms_per_token", "CPU experts")
+
+
+def parts(outcome) -> tuple:
+    """The breakdown's parts: CPU experts join where the experts run on the CPU."""
+    return PARTS[:3] + (CPU_PART,) + PARTS[3:] if outcome.setup.cpu is not None else PARTS
 SHADES = " .:-=+*#%@"
 
 
@@ -34,12 +42,13 @@ def reason_rows(outcome) -> list[tuple[str, dict]]:
 
 
 def reason_table(outcome) -> list[str]:
-    head = (f"{'':<15}" + "".join(f"{label:>15}" for _, label in PARTS)
+    ps = parts(outcome)
+    head = (f"{'':<15}" + "".join(f"{label:>15}" for _, label in ps)
             + f"{'total':>9}{'tokens/s':>10}{'accept':>8}{'verified':>9}")
     lines = [head]
     for name, r in reason_rows(outcome):
-        total = sum(r.get(k, 0.0) for k, _ in PARTS)
-        lines.append(f"{name:<15}" + "".join(f"{_f(r.get(k), '.3f'):>15}" for k, _ in PARTS)
+        total = sum(r.get(k, 0.0) for k, _ in ps)
+        lines.append(f"{name:<15}" + "".join(f"{_f(r.get(k), '.3f'):>15}" for k, _ in ps)
                      + f"{_f(total, '.3f'):>9}{_f(r.get('tokens_per_s')):>10}{_f(r.get('accept_len'), '.2f'):>8}"
                      + f"{_f(r.get('verified')):>9}")
     return lines
@@ -53,8 +62,11 @@ def limit_sentence(outcome) -> str:
     speed = b["tokens_per_s"] / a["tokens_per_s"]
     reads = b.get("experts_per_step", float("nan")) / a.get("experts_per_step", float("nan"))
     v, acc = b["verified"], b["accept_len"]
-    more = {label: b.get(k, 0.0) * acc - a.get(k, 0.0) for k, label in PARTS}   # per iteration, beyond AR's step
+    # per iteration, beyond AR's step
+    more = {label: b.get(k, 0.0) * acc - a.get(k, 0.0) for k, label in parts(outcome)}
     worst = max(more, key=lambda k: more[k])
+    if outcome.setup.cpu is not None:
+        return _cpu_sentence(outcome, speed, v, acc, worst, more[worst])
     if speed < 1.0:
         return (f"Speculation loses here ({speed:.2f}x AR at best): verifying {v:.0f} tokens reads {reads:.1f}x "
                 f"the experts of one token and its {worst} adds {more[worst]:.2f} ms per iteration; an "
@@ -62,6 +74,24 @@ def limit_sentence(outcome) -> str:
     return (f"Speculation pays {speed:.2f}x: an acceptance of {acc:.2f} pays for verifying {v:.0f} tokens, "
             f"which read {reads:.1f}x the experts of one token; what limits it most is the {worst} "
             f"({more[worst]:.2f} ms per iteration beyond AR's step).")
+
+
+def _cpu_sentence(outcome, speed: float, v: float, acc: float, worst: str, worst_ms: float) -> str:
+    """The sentence with experts on the CPU: distinct CPU experts per verified token, C(v)/C(1) of the forward."""
+    b, a = outcome.best, outcome.ar
+    cpu = b.get("cpu_experts_per_step", 0.0) / max(a.get("cpu_experts_per_step", 0.0), 1e-9)
+    c = b.get("forward_ms_per_step", float("nan")) / a.get("forward_ms_per_step", float("nan"))
+    where = outcome.best_config.placement
+    if not a.get("cpu_experts_per_step"):
+        head = f"at {where} no expert runs on the CPU; verifying {v:.0f} tokens costs C({v:.0f})/C(1) = {c:.2f}"
+    else:
+        head = (f"each verified token adds distinct CPU experts read from DRAM ({where}): verifying {v:.0f} tokens "
+                f"reads {cpu:.1f}x the CPU experts of one, C({v:.0f})/C(1) = {c:.2f}")
+    if speed < 1.0:
+        return (f"Speculation loses here ({speed:.2f}x AR at best): {head}, and an acceptance of {acc:.2f} does "
+                f"not pay for it; its {worst} adds {worst_ms:.2f} ms per iteration.")
+    return (f"Speculation pays {speed:.2f}x: {head}, which an acceptance of {acc:.2f} pays for; what limits it "
+            f"most is the {worst} ({worst_ms:.2f} ms per iteration beyond AR's step).")
 
 
 def heat_grid(outcome):
@@ -96,8 +126,9 @@ def heat_map(outcome) -> list[str]:
     n = outcome.search.rungs[0] if outcome.search.rungs else 1
     lines = [f"predicted tokens/s over {dx.name} (columns) x {dy.name if dy else '-'} (rows) on the first rung's "
              f"traces ({n} requests), best over the other parameters; ' ' {lo:.0f} ... '@' {hi:.0f}, "
-             "'?' not tried (SYNTHETIC)"]
-    lines.append(f"{'':>8} " + " ".join(f"{v!s:>3}" for v in dx.values))
+             f"'?' not tried ({'SYNTHETIC' if is_synthetic(outcome.setup) else 'recorded trace'})"]
+    width = max([8] + [len(str(v)) for v in (dy.values if dy else ())])
+    lines.append(f"{'':>{width}} " + " ".join(f"{v!s:>3}" for v in dx.values))
     for i in range(grid.shape[0]):
         cells = []
         for v in grid[i]:
@@ -106,7 +137,7 @@ def heat_map(outcome) -> list[str]:
             else:
                 k = int((v - lo) / (hi - lo) * (len(SHADES) - 1)) if hi > lo else len(SHADES) - 1
                 cells.append(f"{SHADES[k] * 3}")
-        label = f"{dy.values[i]!s:>8}" if dy else f"{'':>8}"
+        label = f"{dy.values[i]!s:>{width}}" if dy else f"{'':>{width}}"
         lines.append(f"{label} " + " ".join(cells))
     return lines
 
@@ -131,9 +162,10 @@ def write_figure(outcome, path) -> None:
     if dy:
         ax.set_yticks(range(len(dy.values)), [str(v) for v in dy.values])
         ax.set_ylabel(dy.name)
-    fig.colorbar(im, ax=ax, label="predicted tokens/s (SYNTHETIC)")
-    ax.set_title(f"{outcome.setup.workload} on {outcome.setup.hardware}: prediction on synthetic traces",
-                 fontsize=9)
+    synthetic = is_synthetic(outcome.setup)
+    fig.colorbar(im, ax=ax, label="predicted tokens/s" + (" (SYNTHETIC)" if synthetic else ""))
+    ax.set_title(f"{outcome.setup.workload} on {outcome.setup.hardware}: prediction"
+                 + (" on synthetic traces" if synthetic else " on a recorded trace"), fontsize=9)
     fig.tight_layout()
     fmt = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else "png"
     try:
@@ -144,8 +176,9 @@ def write_figure(outcome, path) -> None:
 
 def text(outcome, *, top: int = 5) -> str:
     s, res = outcome.setup, outcome.search
-    lines = [f"simmoe tune: {s.workload} (SYNTHETIC preset) on {s.hardware}, engine {outcome.space.engine}, "
-             f"batch {s.batch}: PREDICTIONS on synthetic traces, not measurements"]
+    on = "synthetic traces" if is_synthetic(s) else "a recorded trace"
+    lines = [f"simmoe tune: {workload_label(s)} on {s.hardware}, engine {outcome.space.engine}, "
+             f"batch {s.batch}: PREDICTIONS on {on}, not measurements"]
     state = ("interrupted: the best found so far" if res.interrupted else
              "time budget reached: the best found so far" if res.out_of_budget else "search complete")
     lines.append(f"searched {res.evaluations} evaluations of a {outcome.space.size()}-configuration space by "
@@ -174,10 +207,12 @@ def text(outcome, *, top: int = 5) -> str:
 def to_json(outcome, top: int = 10) -> dict:
     res = outcome.search
     ar = outcome.ar.get("tokens_per_s")
+    synthetic = is_synthetic(outcome.setup)
     return {
-        "synthetic": True,
-        "note": "predictions on synthetic traces of the workload preset, not measurements",
-        "setup": {"workload": outcome.setup.workload, "hardware": outcome.setup.hardware,
+        "synthetic": synthetic,
+        "note": "predictions on " + ("synthetic traces" if synthetic else "a recorded trace") + ", not measurements",
+        "setup": {"workload": outcome.setup.workload, "workload_label": workload_label(outcome.setup),
+                  "trace": outcome.setup.trace_path, "hardware": outcome.setup.hardware,
                   "engine": outcome.space.engine, "batch": outcome.setup.batch, "seed": outcome.setup.seed},
         "search": {"evaluations": res.evaluations, "space_size": outcome.space.size(), "rung": res.rung,
                    "requests": res.requests, "wall_s": res.wall_s, "interrupted": res.interrupted,

@@ -19,12 +19,13 @@ of the workload preset is generated) and the replay's selector and budget K.
   ``llama-chain`` selector on a chain of ``--draft-max`` nodes.  simmoe's
   drafter is the workload's EAGLE-3 drafter; llama.cpp drafts with a small
   draft model, whose acceptance a measured point recalibrates.
+  With a CPU-regime profile llama.cpp's expert placement joins the space
+  (``--n-cpu-moe N``, ``-cmoe``, ``--moe-cache-mib M``; :mod:`simmoe.tune.cpu`).
 * AR (every engine): vanilla decoding, no drafter.
 
-:data:`EXTRA_DIMENSIONS` is where an engine's further flags join its space
-(llama.cpp's ``--n-cpu-moe`` and ``--moe-cache-mib`` once the replay has a
-CPU-expert regime): each entry adds a :class:`Dimension` and says how its value
-changes the replay configuration.
+:data:`EXTRA_DIMENSIONS` is where an engine's further flags may join its
+space: each entry adds a :class:`Dimension` and says how its value changes the
+replay configuration.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class TuneConfig:
     draft_min: int = 0            # llama.cpp --draft-min
     p_min: float = 0.0            # llama.cpp --draft-p-min
     cache_slots: int | None = None   # expert cache slots per layer (offloading profiles only)
+    placement: str | None = None     # llama.cpp with experts on the CPU: cpu-layers:N, cpu-all, cpu-misses:M
 
     @property
     def is_ar(self) -> bool:
@@ -89,8 +91,16 @@ class TuneConfig:
 
     def flags(self) -> str:
         """The engine's command-line flags for this configuration."""
+        if self.placement is not None:
+            from simmoe.tune.cpu import flags
+
+            spec = "(no speculative flags: vanilla decoding)" if self.is_ar else self._spec_flags()
+            return f"{flags(self.placement)} {spec}"
         if self.is_ar:
             return "(no speculative flags: vanilla decoding)"
+        return self._spec_flags()
+
+    def _spec_flags(self) -> str:
         if self.engine == "sglang":
             s = (f"--speculative-algorithm EAGLE3 --speculative-num-steps {self.steps} "
                  f"--speculative-eagle-topk {self.topk} --speculative-num-draft-tokens {self.draft_tokens}")
@@ -103,14 +113,15 @@ class TuneConfig:
 
     def label(self) -> str:
         """A short name for tables."""
+        where = "" if self.placement is None else f" {self.placement}"
         if self.is_ar:
-            return "AR"
+            return "AR" + where
         if self.engine == "sglang":
             sel = "" if self.selection == "eagle3" else f" {self.selection}"
             return f"steps={self.steps} topk={self.topk} draft={self.draft_tokens}{sel}"
         if self.engine == "vllm":
             return f"chain n={self.steps}"
-        return f"draft-max={self.steps} min={self.draft_min} p-min={self.p_min:g}"
+        return f"draft-max={self.steps} min={self.draft_min} p-min={self.p_min:g}{where}"
 
     def params(self) -> dict:
         """The searched values (one column each in the results table)."""
@@ -120,6 +131,8 @@ class TuneConfig:
             d.update(draft_min=self.draft_min, p_min=self.p_min)
         if self.cache_slots is not None:
             d["cache_slots"] = self.cache_slots
+        if self.placement is not None:
+            d["placement"] = self.placement
         return d
 
 
@@ -198,27 +211,32 @@ def valid(cfg: TuneConfig) -> bool:
 # -- the defaults: what each engine runs when the speculative flags are left out ------------------
 # SGLang's auto-chosen EAGLE parameters (steps 5, top-k 4, 8 draft tokens); vLLM needs
 # num_speculative_tokens, 3 in its EAGLE-3 examples; llama.cpp's common_params_speculative.
-def default_config(engine: str) -> TuneConfig:
+def default_config(engine: str, placement: str | None = None) -> TuneConfig:
     if engine == "sglang":
         return TuneConfig("sglang", "EAGLE3", "eagle3", steps=5, topk=4, draft_tokens=8)
     if engine == "vllm":
         return TuneConfig("vllm", "eagle3", "eagle3", steps=3)
-    return TuneConfig("llama.cpp", "draft", "llama-chain", steps=16, draft_min=0, p_min=0.75)
+    return TuneConfig("llama.cpp", "draft", "llama-chain", steps=16, draft_min=0, p_min=0.75, placement=placement)
 
 
-def ar_config(engine: str) -> TuneConfig:
-    return TuneConfig(engine, "AR", "ar")
+def ar_config(engine: str, placement: str | None = None) -> TuneConfig:
+    return TuneConfig(engine, "AR", "ar", placement=placement)
 
 
-# further dimensions of an engine's space, and how each changes the configuration (see module docstring);
-# llama.cpp's --n-cpu-moe / --moe-cache-mib join here when the replay places experts on the CPU
+# further dimensions of an engine's space, and how each changes the configuration (see module docstring)
 EXTRA_DIMENSIONS: dict[str, list[tuple[Dimension, Callable[[TuneConfig], TuneConfig]]]] = {}
 
 
 def engine_space(engine: str, *, selections: tuple[str, ...] | None = None, offload: bool = False,
                  steps: tuple[int, ...] | None = None, topk: tuple[int, ...] | None = None,
-                 draft_tokens: tuple[int, ...] | None = None) -> Space:
-    """The space :func:`simmoe.tune` searches for ``engine`` (narrowed by the optional value lists)."""
+                 draft_tokens: tuple[int, ...] | None = None, placements: tuple[str, ...] | None = None,
+                 start: str | None = None) -> Space:
+    """The space :func:`simmoe.tune` searches for ``engine`` (narrowed by the optional value lists).
+
+    ``placements`` (llama.cpp with experts on the CPU, :mod:`simmoe.tune.cpu`)
+    adds the placement dimension, after draft-max so that the heat map shows
+    the two; ``start`` is the default configuration's placement.
+    """
     check_engine(engine)
     sel = tuple(selections or SELECTIONS[engine])
     for s in sel:
@@ -234,13 +252,16 @@ def engine_space(engine: str, *, selections: tuple[str, ...] | None = None, offl
     else:
         dims = [Dimension("steps", steps or (1, 2, 3, 4, 6, 8, 12, 16)), Dimension("draft_min", (0, 1, 2, 4)),
                 Dimension("p_min", (0.0, 0.3, 0.5, 0.75, 0.9))]
+    if placements:
+        dims.insert(1, Dimension("placement", tuple(placements)))
     if len(sel) > 1:
         dims.append(Dimension("selection", sel))
-    if offload:
+    if offload and not placements:
         dims.append(Dimension("cache_slots", (16, 32, 48, 64, 96)))
     fixed = {} if len(sel) > 1 else {"selection": sel[0]}
     algo = ALGORITHMS[engine][0]
-    return Space(engine=engine, algorithm=algo, dims=tuple(dims), default=default_config(engine), fixed=fixed)
+    default = default_config(engine, (start or placements[0]) if placements else None)
+    return Space(engine=engine, algorithm=algo, dims=tuple(dims), default=default, fixed=fixed)
 
 
 def check_engine(engine: str) -> None:

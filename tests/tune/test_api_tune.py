@@ -15,7 +15,7 @@ def test_tune_returns_every_evaluation_as_a_frame():
     assert df["synthetic"].all()
     last = df[df["rung"] == df["rung"].max()]
     assert last["tokens_per_s"].max() == pytest.approx(outcome.best["tokens_per_s"])
-    ar = outcome.ar_by_rung[0]["tokens_per_s"]
+    ar = outcome.ar_by_rung[(0, None)]["tokens_per_s"]
     first = df[df["rung"] == 0]
     assert (first["speedup"] - first["tokens_per_s"] / ar).abs().max() < 1e-12
 
