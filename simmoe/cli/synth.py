@@ -142,7 +142,9 @@ def _run(args) -> int:
     temperature = _check(args)
     pr = preset(args.preset)
     params, fitted_to = _params(args, pr)
-    drafter, params = _drafter(args, params)
+    drafter, params, note = _drafter(args, params, pr.name)
+    if note:
+        fitted_to += (note,)
     bar, update = _progress(not args.no_progress and sys.stderr.isatty())
     t0 = time.perf_counter()
     if bar is not None:
@@ -238,22 +240,24 @@ def _params(args, pr):
     return params, fitted_to
 
 
-def _drafter(args, params):
-    """The drafter of ``--drafter`` (None: EAGLE-3, the presets' own) and the parameters with its pool shape."""
-    from simmoe.drafters import DEFAULT, build, parse_params
+def _drafter(args, params, workload):
+    """The drafter of ``--drafter`` (None: EAGLE-3, the presets' own), the parameters with its pool shape, and
+    where its acceptance comes from (the fit of ``workload`` where one exists: simmoe.drafters.fitted)."""
+    from simmoe.drafters import DEFAULT, parse_params
+    from simmoe.drafters.fitted import for_workload
 
     given = parse_params(args.drafter_param)
     name = args.drafter or DEFAULT
     if given and args.drafter is None:
         raise SimmoeError("--drafter-param: name the drafter it is for (--drafter NAME)")
-    drafter = build(name, given)
+    drafter, note = for_workload(name, given, workload)
     if drafter.name == DEFAULT:
-        return (drafter if given else None), params
+        return (drafter if given else None), params, None
     pool_flags = [flag for flag, (field, _) in POOL_FLAGS.items() if getattr(args, f"pool_{field}") is not None]
     if pool_flags:
         raise SimmoeError(f"{pool_flags[0]}: shapes EAGLE-3's tree; drafter {drafter.name}'s pool follows its own "
                           "parameters (--drafter-param)")
-    return drafter, params.with_(pool=drafter.pool_shape())
+    return drafter, params.with_(pool=drafter.pool_shape()), note
 
 
 def _write_summary(args, summary: dict, name: str, seconds: float) -> None:
