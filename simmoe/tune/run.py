@@ -182,12 +182,14 @@ def run_tune(*, hardware: str, workload: str = "mt_bench", engine: str = "sglang
     if res.best is not None:
         out.best_config, out.best = res.best
         n = rungs[res.rung]
-        out.ar = out.ar_by_rung[(res.rung, out.best_config.placement)]
+        ar = sp.ar_config(engine, out.best_config.placement)
+        out.ar = {**ar.params(), **out.ar_by_rung[(res.rung, ar.placement)], "flags": ar.flags()}
         default = space.default if space.default.algorithm != "AR" else \
             sp.default_config(engine, space.default.placement)
         hit = [row for c, row in res.ranking if c == default]
         if hit or not res.interrupted:   # after Ctrl-C, only what is at hand
-            out.default = {**(hit[0] if hit else evaluate(setup, default, n)), "flags": default.flags(),
+            out.default = {**default.params(), **(hit[0] if hit else evaluate(setup, default, n)),
+                           "flags": default.flags(),
                            "label": default.label()}
     return out
 
