@@ -14,7 +14,9 @@
    1 − (the tune's best) / (the grid's best), both read on those traces;
    goal ≤ 2 %.  Also reported: where the tune's best ranks in the grid.
 
-Every tokens/s is a prediction on SYNTHETIC traces.
+Every tokens/s is a prediction (on SYNTHETIC traces unless ``--workload`` is a
+recorded trace).  A CPU-expert profile (``--engine llama.cpp``) searches the
+placement too, and its grid covers every placement the tune's space holds.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ def run_tune(args) -> tuple[float, dict]:
 
 def grid(args, requests: int) -> list[tuple[object, dict]]:
     """Every configuration's row on the last rung's traces; cached in ``--grid-cache`` (keyed by its setting)."""
-    from simmoe.hardware.profile import load_profile
-    from simmoe.tune import space as sp
     from simmoe.tune.evaluate import Setup, evaluator
+    from simmoe.tune.run import build_space, check_inputs
 
-    profile = load_profile(args.hardware)
-    space = sp.engine_space(args.engine, offload=not profile.resident)
+    # the tune's own checks and space: a CPU-expert profile's placements, a trace's pools
+    algo, profile, cpu, trace_path = check_inputs(args.engine, None, args.workload, args.hardware, 1,
+                                                  "processes", 1)
+    setup = Setup(args.workload, args.hardware, cpu=cpu, trace_path=trace_path)
+    space = build_space(args.engine, algo, setup, profile, None, {})
     cfgs = [space.make(p) for p in space.points()]
     key = f"{args.hardware} {args.workload} {args.engine} {requests}"
     cache = Path(args.grid_cache) if args.grid_cache else None
@@ -62,7 +66,7 @@ def grid(args, requests: int) -> list[tuple[object, dict]]:
         if doc.get("key") == key:
             by_label = doc["rows"]
             return [(c, by_label[c.label()]) for c in cfgs]
-    ev = evaluator(Setup(args.workload, args.hardware), args.grid_workers)
+    ev = evaluator(setup, args.grid_workers)
     keys: dict = {}
     for c in cfgs:
         keys.setdefault(c.trace_key(), []).append(c)
@@ -98,7 +102,8 @@ def main() -> int:
     import subprocess as sp_
 
     load = sp_.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    lines = ["# simmoe tune benchmark (predictions on SYNTHETIC traces)", "", f"Machine: {os.cpu_count()} cores; "
+    title = f"# simmoe tune benchmark (predictions; workload {doc['setup']['workload_label']})"
+    lines = [title, "", f"Machine: {os.cpu_count()} cores; "
              f"`uptime` after the tune's run, before the grid: {load}.", "",
              f"`simmoe tune --hardware {args.hardware} --workload {args.workload} --engine {args.engine} "
              f"--workers {args.workers}`" + (f" --budget {args.budget}" if args.budget else " (default budget)")

@@ -1,4 +1,5 @@
-"""``reports/tune.md``: the predicted ranking of EAGLE-3 tree shapes for Qwen3-30B-A3B, with and without a user point.
+"""``reports/tune.md``: the predicted ranking of EAGLE-3 tree shapes for Qwen3-30B-A3B, with and without a user point,
+and llama.cpp's placement and draft flags with experts on the CPU.
 
     python -m simmoe.tune.report [--out reports/tune.md] [--budget 90] [--workers 2]
 
@@ -9,6 +10,10 @@ with one: on the EVICT setting EVICT Table 1's QA row (the published EAGLE-3
 tokens/s and vanilla tokens/s, Table 2's Mat); on H100 a HYPOTHETICAL point
 (no H100 measurement is given to this project), chosen to show what a point
 in the 0.72–0.93x range that public H100 runs report does to the ranking.
+Then the CPU-expert regime: Qwen3-30B-A3B at Q4_K_M on an RTX 2080 8 GB with
+an i9-10900X (the llama.cpp community setting of ``published.json``'s
+``cpu_experts`` entry), llama.cpp's placement and draft flags searched, and
+every placement with the best's draft flags against AR.
 Every number is a prediction on SYNTHETIC traces.
 """
 
@@ -70,6 +75,66 @@ def _section(outcome, title: str) -> list[str]:
     return lines
 
 
+# the CPU-expert regime: the llama.cpp community setting of published.json's cpu_experts entry (llmfit PR #755)
+CPU_SETTING = ("Qwen3-30B-A3B at Q4_K_M, RTX 2080 8 GB + i9-10900X, llama.cpp (GSM8K)",
+               "qwen3-30b-a3b/q4_k_m@rtx2080+i9-10900x~cpu-layers:36", "gsm8k")
+
+
+def _cpu_section(outcome, budget_s: float) -> list[str]:
+    """The best llama.cpp configurations with experts on the CPU, and per placement speculation against AR."""
+    from simmoe.tune.output import limit_sentence, reason_table
+
+    res = outcome.search
+    lines = [f"{res.evaluations} evaluations by successive halving over a {outcome.space.size()}-configuration "
+             f"space (placement x --draft-max x --draft-min x --draft-p-min), last rung {res.requests} requests "
+             f"({res.wall_s:.0f} s of a {budget_s:g} s budget).", "",
+             "| rank | placement | llama.cpp flags | tokens/s | speedup over AR (same placement) | accept |",
+             "|---:|---|---|---:|---:|---:|"]
+    for i, (cfg, row) in enumerate(res.ranking[:TOP], 1):
+        ar = outcome.ar_by_rung.get((res.rung, cfg.placement), {}).get("tokens_per_s", float("nan"))
+        lines.append(f"| {i} | {cfg.placement} | `{cfg.flags()}` | {row['tokens_per_s']:.1f} | "
+                     f"{row['tokens_per_s'] / ar:.2f}x | {row['accept_len']:.2f} |")
+    d = outcome.default
+    if d:
+        lines += ["", f"llama.cpp's default draft flags at the community placement ({d['label']}): "
+                  f"{d['tokens_per_s']:.1f} tokens/s."]
+    lines += ["", "Per decoded token (ms, predicted; AR at the best's placement):", "", "```",
+              *reason_table(outcome), "```", "", limit_sentence(outcome), ""]
+    return lines + _per_placement(outcome)
+
+
+def _per_placement(outcome) -> list[str]:
+    """AR and the best's draft flags at every placement of the space, on the last rung's traces."""
+    from dataclasses import replace
+
+    from simmoe.tune import space as sp
+    from simmoe.tune.evaluate import evaluate
+
+    best, setup = outcome.best_config, outcome.setup
+    if best is None:
+        return []
+    n = outcome.search.requests
+    values = next(d.values for d in outcome.space.dims if d.name == "placement")
+    lines = [f"Every placement with the best's draft flags (`--draft-max {best.steps} --draft-min {best.draft_min} "
+             f"--draft-p-min {best.p_min:g}`) against AR, on the same {n}-request traces:", "",
+             "| placement | AR tokens/s | speculative tokens/s | speedup | CPU experts per step, AR / spec | "
+             "C(v)/C(1) |", "|---|---:|---:|---:|---:|---:|"]
+    slower = []
+    for v in values:
+        ar = evaluate(setup, sp.ar_config("llama.cpp", v), n)
+        spec = evaluate(setup, replace(best, placement=v), n)
+        c = spec["forward_ms_per_step"] / ar["forward_ms_per_step"]
+        speed = spec["tokens_per_s"] / ar["tokens_per_s"]
+        if speed < 1.0:
+            slower.append(v)
+        lines.append(f"| {v} | {ar['tokens_per_s']:.1f} | {spec['tokens_per_s']:.1f} | {speed:.2f}x | "
+                     f"{ar['cpu_experts_per_step']:.0f} / {spec['cpu_experts_per_step']:.0f} | {c:.2f} |")
+    lines += ["", ("Speculation is predicted slower than AR at: " + ", ".join(slower) + "."
+                   if slower else "Speculation with these flags is predicted faster than AR at every placement "
+                   "searched."), ""]
+    return lines
+
+
 def build(budget_s: float, workers: int, log=print) -> str:
     from simmoe.tune.run import run_tune
 
@@ -88,8 +153,8 @@ def build(budget_s: float, workers: int, log=print) -> str:
              "default tree (steps 5, top-k 4, 8 draft tokens) measured at 170 tokens/s accepting 2.4, against "
              "200 tokens/s vanilla (0.85x, inside the 0.72-0.93x range public H100 runs of Qwen3-30B-A3B "
              "report); it shows how such a point reorders the shapes, not what an H100 does.", "",
-             "The CPU-expert regime (llama.cpp `--n-cpu-moe`) is not in this report: simmoe tune does not "
-             "search it yet.", ""]
+             "The CPU-expert regime (llama.cpp `--n-cpu-moe`, `-cmoe`, `--moe-cache-mib`) is the last "
+             "section.", ""]
     for title, hw, workload, point in SETTINGS:
         lines += [f"## {title}: `{hw}`", ""]
         for measured in (None, evict_qa_point() if point == "evict" else H100_POINT):
@@ -98,6 +163,19 @@ def build(budget_s: float, workers: int, log=print) -> str:
             o = run_tune(hardware=hw, workload=workload, engine="sglang", selections=("eagle3",),
                          budget_s=budget_s, workers=workers, measured=measured, space_overrides=SPACE)
             lines += _section(o, name[0].upper() + name[1:])
+    title, hw, workload = CPU_SETTING
+    log(f"tune: {hw} {workload} llama.cpp")
+    o = run_tune(hardware=hw, workload=workload, engine="llama.cpp", budget_s=budget_s, workers=workers)
+    lines += [f"## Experts on the CPU: {title}: `{hw}`", "",
+              "The llama.cpp community setting of the one figure this regime is fitted to (llmfit PR #755: "
+              "`-ngl 99 --n-cpu-moe 36`, 36.7 tokens/s measured; docs/cpu-experts.md); `~cpu-layers:36` is where "
+              "the search starts. The placement is searched with llama.cpp's draft flags: `--n-cpu-moe N` for "
+              "every N whose GPU part fits in the GPU's memory (weights only: the check leaves no room for the "
+              "KV cache and compute buffers, so the fewest layers a real run needs are more, as the community's "
+              "36 shows), `-cmoe`, and `--moe-cache-mib M`, a GPU expert cache whose misses run on the CPU. "
+              "**Predictions on SYNTHETIC traces** of the GSM8K preset, with its EAGLE-3 drafter standing in for "
+              "llama.cpp's draft model; no measured point recalibrates this regime.", ""]
+    lines += _cpu_section(o, budget_s)
     lines += [f"_Generated in {time.perf_counter() - t0:.0f} s._", ""]
     return "\n".join(lines)
 
