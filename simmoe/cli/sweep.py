@@ -64,6 +64,14 @@ def register(sub) -> None:
     p.add_argument("--draft-min", type=int, default=0, help="llama-chain: shorter chains are not verified (default 0)")
     p.add_argument("--draft-p-min", type=float, default=0.75,
                    help="llama-chain: stop the chain below this draft probability (default 0.75)")
+    p.add_argument("--drafter", default=None, metavar="A,B,...",
+                   help="comma-separated drafters (simmoe synth --drafter): each trace's workload under each; a "
+                        "synthetic trace is drafted again with the others' pools and acceptance (the same seed, "
+                        "requests and text), a recorded one is refused under another drafter (default: each "
+                        "trace's own drafter)")
+    p.add_argument("--drafter-param", action="append", default=None, metavar="KEY=VALUE",
+                   help="a drafter parameter (repeatable), given to every drafter of --drafter that has it, "
+                        "e.g. draft_model=NAME for llama-chain")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: the number of CPUs; with --engine ray and no "
                         "--address, the CPUs of the local Ray runtime)")
@@ -145,7 +153,7 @@ def _setup(args):
     from simmoe.cli.checks import check_seed
     from simmoe.cli.replay import parse_selector_ms
     from simmoe.replay.selectors import llama_chain_options, parse_selectors
-    from simmoe.sweep.grid import Grid, cached_trace, check_output_path
+    from simmoe.sweep.grid import Grid, cached_trace, check_output_path, split_key
 
     check_output_path(args.out, inputs=args.traces)
     check_seed(args.seed)
@@ -163,6 +171,12 @@ def _setup(args):
         raise SimmoeError(f"--workers must be at least 1, got {workers}")
     for t in args.traces:  # a bad trace fails here, with one line, not in a worker
         cached_trace(str(t))
+    drafter_axis = _drafter_axis(args)
+    for key in Grid(traces=tuple(args.traces), drafters=drafter_axis).trace_keys():
+        try:   # each workload under each drafter made (or refused) before any work
+            cached_trace(key)
+        except SimmoeError as exc:
+            raise SimmoeError(f"{Path(split_key(key)[0]).name}: {exc}") from None
     hardware, pairs = _hardware_axis(args)
     ms = parse_selector_ms(args.selector_ms)
     grid = Grid(
@@ -173,32 +187,64 @@ def _setup(args):
         timing=args.timing, seed=args.seed, requests=args.requests,
         options=tuple(sorted({"ddd_threshold": args.ddd_threshold, "coverage_rho": args.coverage_rho,
                               **llama_chain_options(args.draft_max, args.draft_min, args.draft_p_min)}.items())),
+        drafters=drafter_axis,
     )
     configs = grid.configs()  # validates every axis (and loads every profile) before any work
     if pairs is not None:     # each trace on the profile that follows it
-        configs = [(t, c) for t, c in configs if (t, c.hardware) in pairs]
+        configs = [(t, c) for t, c in configs if (split_key(t)[0], c.hardware) in pairs]
     _check_configs(configs, several=len(args.traces) > 1)
     return grid, configs, workers
 
 
 def _check_configs(configs, *, several: bool) -> None:
     """What ``simmoe replay`` refuses, refused here before any work, in one line: a profile of another
-    model than its trace's, a combination of stages without meaning, a cache policy that cannot serve."""
+    model than its trace's, a combination of stages without meaning, a cache policy that cannot serve,
+    a drafter whose drafting the profile cannot time."""
+    from simmoe.drafters import with_trace_drafter
     from simmoe.hardware.model_check import check_profile_model
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.engine import check_setting
-    from simmoe.sweep.grid import cached_trace
+    from simmoe.sweep.grid import cached_trace, split_key
 
     profiles: dict = {}
+    drafting: set = set()
     for path, cfg in configs:
         trace = cached_trace(str(path))
         if cfg.hardware not in profiles:
             profiles[cfg.hardware] = load_profile(cfg.hardware)
         try:
             check_profile_model(trace.geometry, profiles[cfg.hardware], cfg.hardware)
+            if (path, cfg.hardware) not in drafting:
+                with_trace_drafter(trace, profiles[cfg.hardware])
+                drafting.add((path, cfg.hardware))
             check_setting(trace, cfg, profiles[cfg.hardware])
         except SimmoeError as exc:
-            raise SimmoeError(f"{Path(path).name}: {exc}" if several else str(exc)) from None
+            name = Path(split_key(path)[0]).name
+            raise SimmoeError(f"{name}: {exc}" if several else str(exc)) from None
+
+
+def _drafter_axis(args):
+    """``--drafter`` and ``--drafter-param`` as the grid's drafter axis: each drafter with the parameters it
+    declares; a parameter no drafter of the list declares is refused."""
+    if args.drafter is None:
+        if args.drafter_param:
+            raise SimmoeError("--drafter-param: name the drafters it is for (--drafter A,B,...)")
+        return ()
+    from simmoe.drafters import build, parse_params
+    from simmoe.drafters.workload import declared
+
+    names = _list("drafter", args.drafter, str)
+    given = parse_params(args.drafter_param)
+    axis, used = [], set()
+    for name in names:
+        params = {k: v for k, v in given.items() if k in declared(name)}
+        build(name, params)                       # its own checks, one line
+        used.update(params)
+        axis.append((name, tuple(sorted(params.items()))))
+    unused = sorted(set(given) - used)
+    if unused:
+        raise SimmoeError(f"--drafter-param {unused[0]}: no drafter of --drafter {args.drafter} has it")
+    return tuple(axis)
 
 
 def _hardware_axis(args):
@@ -300,8 +346,8 @@ def print_summary(frame, *, limit: int = 40) -> None:
 
     from simmoe.cli.console import make_console
 
-    axes = [c for c in ("trace", "selector", "slots", "cache", "hardware", "route_accuracy")
-            if c in frame.columns and (c == "selector" or frame[c].nunique() > 1)]
+    axes = [c for c in ("trace", "drafter", "selector", "slots", "cache", "hardware", "route_accuracy")
+            if c in frame.columns and (c in ("selector", "drafter") or frame[c].nunique() > 1)]
     shown = frame.head(limit)
     title = "sweep" + (" (SYNTHETIC traces)" if bool(frame["synthetic"].any()) else "")
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")

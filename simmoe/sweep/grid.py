@@ -49,6 +49,15 @@ class Grid:
     seed: int = 0
     requests: int | None = None
     options: tuple = ()
+    # the drafter axis (simmoe sweep --drafter): (name, its parameters as sorted (key, value) pairs) each; empty:
+    # every trace with its own drafter, as before
+    drafters: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def trace_keys(self) -> list[str]:
+        """The traces the grid replays: each file, or each file under each drafter (:func:`variant_key`)."""
+        if not self.drafters:
+            return [str(t) for t in self.traces]
+        return [variant_key(str(t), name, dict(params)) for t in self.traces for name, params in self.drafters]
 
     def configs(self) -> list[tuple[str, ReplayConfig]]:
         """(trace, config) for every distinct point of the grid, validated.
@@ -66,7 +75,7 @@ class Grid:
             seen[real] = str(tr)
         out = []
         for tr, hw, sel, acc, slots, cache in itertools.product(
-                self.traces, self.hardware, self.selectors, self.route_accuracy,
+                self.trace_keys(), self.hardware, self.selectors, self.route_accuracy,
                 self.slots, self.caches):
             if slots == 0:
                 cache = "none"
@@ -86,18 +95,46 @@ class Grid:
         return float(_profile(hardware).selector_ms) if getattr(SELECTORS[selector], "uses_cost", False) else 0.0
 
 
+# -- the drafter axis: a trace under a drafter, named by one string ------------------
+DRAFTER_MARK = "#drafter="
+
+
+def variant_key(path: str, drafter: str, params: dict) -> str:
+    """``PATH#drafter=NAME[?KEY=VALUE;...]``: the trace at ``path`` under ``drafter`` (everything a worker
+    needs to make it again, so the key alone travels to any worker)."""
+    text = ";".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return f"{path}{DRAFTER_MARK}{drafter}" + (f"?{text}" if text else "")
+
+
+def split_key(key: str) -> tuple[str, str | None, dict[str, str]]:
+    """``(path, drafter or None, its parameters)`` of a trace key (:func:`variant_key`, or a plain path)."""
+    path, mark, rest = str(key).partition(DRAFTER_MARK)
+    if not mark:
+        return path, None, {}
+    name, _, text = rest.partition("?")
+    return path, name, dict(item.split("=", 1) for item in text.split(";") if item)
+
+
 # -- workers --------------------------------------------------------------------
 _TRACES: dict = {}
 _PROFILES: dict = {}
 
 
-def cached_trace(path: str):
-    """The trace at ``path``, read once per process (forked workers inherit the parent's)."""
-    if path not in _TRACES:
-        from simmoe.trace.io import read_trace
+def cached_trace(key: str):
+    """The trace of ``key`` (a path, or a path under a drafter), made once per process (forked workers
+    inherit the parent's); under another drafter, the synthetic workload drafted again, every request of it
+    (:func:`simmoe.drafters.workload.with_drafter`)."""
+    if key not in _TRACES:
+        path, drafter, params = split_key(key)
+        if drafter is None:
+            from simmoe.trace.io import read_trace
 
-        _TRACES[path] = read_trace(path)
-    return _TRACES[path]
+            _TRACES[key] = read_trace(path)
+        else:
+            from simmoe.drafters.workload import with_drafter
+
+            _TRACES[key] = with_drafter(cached_trace(path), drafter, params)
+    return _TRACES[key]
 
 
 def _profile(name: str):
@@ -162,8 +199,9 @@ def assemble(configs: Sequence[tuple[str, ReplayConfig]], results: dict, failure
     return pd.DataFrame(rows), failed
 
 
-def _row(path, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
-    row = {"trace": str(path), "synthetic": bool(trace.is_synthetic), "selector": cfg.selector,
+def _row(key, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
+    path, drafter, params = split_key(key)
+    row = {"trace": path, "synthetic": bool(trace.is_synthetic), "selector": cfg.selector,
            "slots": cfg.slots, "cache": cfg.cache, "hardware": cfg.hardware,
            "route_accuracy": cfg.route_accuracy, "timing": cfg.timing, "seed": cfg.seed,
            "selector_ms_fixed": cfg.selector_ms, "selector_clock": cfg.selector_clock,
@@ -172,6 +210,9 @@ def _row(path, trace, cfg: ReplayConfig, summary: dict, lambda_star) -> dict:
     row.update({k: summary.get(k, float("nan")) for k in COUNTERS})
     row.update({k: summary[k] for k in RESIDENT_COUNTERS if k in summary})
     row["lambda_star"] = lambda_star
+    if drafter is not None:   # the drafter axis only: tables of sweeps without it keep their columns
+        row["drafter"] = drafter
+        row["drafter_params"] = ";".join(f"{k}={v}" for k, v in sorted(params.items()))
     return row
 
 
@@ -309,10 +350,21 @@ def row_keys(frame) -> set[tuple]:
     missing = [c for c in KEY_COLUMNS if c not in frame.columns]
     if missing:
         raise SimmoeError(f"not a sweep table: no column(s) {', '.join(missing)}")
-    return {(str(r.trace), str(r.selector), int(r.slots), str(r.cache), str(r.hardware),
+    cols = list(KEY_COLUMNS) + [c for c in ("drafter", "drafter_params") if c in frame.columns]
+    return {(_trace_key(r), str(r.selector), int(r.slots), str(r.cache), str(r.hardware),
              float(r.route_accuracy), str(r.timing), int(r.seed), _opt(r.selector_ms_fixed, float),
              str(r.selector_clock), _opt(r.requests_limit, int))
-            for r in frame[list(KEY_COLUMNS)].itertuples(index=False)}
+            for r in frame[cols].itertuples(index=False)}
+
+
+def _trace_key(r) -> str:
+    """A row's trace key: its path, under its drafter where the table has the drafter axis."""
+    drafter = getattr(r, "drafter", None)
+    if drafter is None or drafter != drafter:
+        return str(r.trace)
+    text = getattr(r, "drafter_params", "")
+    pairs = str(text).split(";") if isinstance(text, str) and text else []
+    return variant_key(str(r.trace), str(drafter), dict(p.split("=", 1) for p in pairs))
 
 
 def read_table(path):
