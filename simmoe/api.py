@@ -1,4 +1,4 @@
-"""The public extension API of the replay: Selector, CachePolicy and PrefetchPolicy.
+"""The public extension API of the replay: Selector, CachePolicy, PrefetchPolicy and Placement.
 
 A replay (:mod:`simmoe.replay.engine`) passes every step through the same
 stages; three of them take implementations from outside the project:
@@ -9,12 +9,16 @@ stages; three of them take implementations from outside the project:
   and the engine keeps the best-ranked ones within the cache's capacity;
 * **prefetching** — a :class:`PrefetchPolicy` names experts to copy before the
   verification forward asks for them (while the drafter runs, or one layer
-  ahead); the engine's copy engine carries them out.
+  ahead); the engine's copy engine carries them out;
+* **placement** (experts computed on the CPU, docs/cpu-experts.md) — a
+  :class:`Placement` decides, per forward, which of its experts run on the
+  GPU (held there, or copied for it) and which the CPU computes.
 
 Implementations are found by name through Python entry points — the groups
-``simmoe.selectors``, ``simmoe.caches`` and ``simmoe.prefetch`` — or given as
-``module:Name`` on the command line (``--selectors``, ``--cache``,
-``--prefetch``).  simmoe's own register the same way (``pyproject.toml``), so
+``simmoe.selectors``, ``simmoe.caches``, ``simmoe.prefetch`` and
+``simmoe.placements`` — or given as ``module:Name`` on the command line
+(``--selectors``, ``--cache``, ``--prefetch``; a placement in the profile
+name, ``~placement=module:Name``).  simmoe's own register the same way (``pyproject.toml``), so
 a package installed beside simmoe is a first-class citizen.  docs/extending.md
 is the tutorial; ``examples/simmoe-example-plugins`` a complete package.
 
@@ -42,7 +46,7 @@ import numpy.typing as npt
 __all__ = [
     "CachePolicy", "CacheShape", "Choice", "ForwardEvent", "PoolView", "PrefetchJobs", "PrefetchPolicy",
     "PrefetchStep", "Selector", "SelectorContext", "StepInfo", "Undeclared", "UndeclaredError", "ENTRY_POINT_GROUPS",
-    "Drafter", "DRAFTER_GROUP",
+    "Drafter", "DRAFTER_GROUP", "Placement", "PlacementChoice", "PlacementForward", "PlacementShape",
 ]
 
 BoolMatrix = npt.NDArray[np.bool_]
@@ -50,7 +54,8 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 # entry-point group of each kind of plugin
-ENTRY_POINT_GROUPS = {"selector": "simmoe.selectors", "cache": "simmoe.caches", "prefetch": "simmoe.prefetch"}
+ENTRY_POINT_GROUPS = {"selector": "simmoe.selectors", "cache": "simmoe.caches", "prefetch": "simmoe.prefetch",
+                      "placement": "simmoe.placements"}
 # drafters (:class:`Drafter`) are found apart: they shape the pools of a synthetic trace and cost its drafting,
 # outside the replay's stages (simmoe.drafters)
 DRAFTER_GROUP = "simmoe.drafters"
@@ -446,6 +451,117 @@ class PrefetchPolicy(Protocol):
     def drafting(self, step: PrefetchStep) -> PrefetchJobs | None: ...
 
     def layers(self, step: PrefetchStep) -> Sequence[Sequence[int]] | None: ...
+
+
+# --------------------------------------------------------------------------
+# placements of the experts (experts computed on the CPU)
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlacementShape:
+    """What a placement is built for: the geometry, the profile's per-expert times and its options.
+
+    ``num_layers`` L, ``num_experts`` N, ``top_k`` k; ``decoder_layers``: int
+    [L], the decoder layer of each MoE layer (llama.cpp's ``blk.i``).  Per MoE
+    layer, float [L]: ``expert_bytes`` one expert's bytes in the profile's
+    weight format; ``copy_ms`` its copy over the host link; ``cpu_read_ms``
+    its read from DRAM by the CPU.  ``cpu_token_ms``: a CPU expert's compute
+    per token routed to it, so a CPU expert serving n tokens of layer ℓ takes
+    max(cpu_read_ms[ℓ], n · cpu_token_ms) (docs/cpu-experts.md).
+    ``gpu_free_bytes``: GPU memory left for experts by the non-expert weights;
+    ``host_bytes``: the host's RAM.  ``options``: the profile's
+    ``,KEY=VALUE`` after the placement's name (strings).  ``trace`` (a
+    read-only copy), ``requests`` and ``seed`` as :class:`CacheShape` has them.
+    Every array is read-only.
+    """
+
+    num_layers: int
+    num_experts: int
+    top_k: int
+    decoder_layers: IntArray
+    expert_bytes: FloatArray
+    copy_ms: FloatArray
+    cpu_read_ms: FloatArray
+    cpu_token_ms: float
+    gpu_free_bytes: float
+    host_bytes: float
+    options: dict[str, str] = field(default_factory=dict)
+    trace: Any = None
+    requests: tuple[int, ...] = ()
+    seed: int = 0
+
+
+class PlacementForward:
+    """One forward as a placement sees it, before it runs.
+
+    ``demand``: bool [L, N], the experts the forward runs (SpecFit Eq. 1);
+    ``cached``: bool [L, N], the part of it the GPU expert cache holds (its
+    hits), for a placement that declares ``uses_cache`` (None for any other);
+    ``n_tokens``: the tokens the forward verifies; ``kind``: ``"prefill"`` or
+    ``"step"``; ``requests``, ``positions`` as in :class:`ForwardEvent`.
+    :meth:`tokens` gives n_e, float [L, N]: the tokens routed to each expert
+    (from the real routes; a prefill's spread evenly over its union), made on
+    first call.  Every array is read-only.
+    """
+
+    __slots__ = ("demand", "cached", "n_tokens", "kind", "requests", "positions", "_tokens")
+
+    def __init__(self, demand: BoolMatrix, cached: BoolMatrix | None, n_tokens: int, kind: str,
+                 requests: tuple[int, ...], positions: tuple[int, ...], tokens: Callable[[], FloatArray]):
+        self.demand, self.cached, self.n_tokens, self.kind = demand, cached, n_tokens, kind
+        self.requests, self.positions = requests, positions
+        self._tokens: Any = tokens
+
+    def tokens(self) -> FloatArray:
+        if callable(self._tokens):
+            t = np.asarray(self._tokens(), dtype=np.float64).view()
+            t.flags.writeable = False
+            self._tokens = t
+        out: FloatArray = self._tokens
+        return out
+
+
+@dataclass(frozen=True)
+class PlacementChoice:
+    """Where one forward's experts run; the CPU computes every demanded expert not named here.
+
+    ``gpu``: bool [L, N].  A placement without a cache (``uses_cache`` False)
+    gives every expert the GPU holds: the same set each forward, within
+    ``gpu_free_bytes`` (the rest within the host's RAM); the forward's demanded
+    ones among them run on the GPU.  A cache placement gives the cache's hits
+    it serves on the GPU: a subset of ``forward.cached``.  ``copy``: None, or
+    bool [L, N], demanded experts outside ``gpu`` copied over the link for
+    this forward and computed on the GPU (Fiddler's copies); a copy admits
+    nothing to any cache.
+    """
+
+    gpu: BoolMatrix
+    copy: BoolMatrix | None = None
+
+
+@runtime_checkable
+class Placement(Protocol):
+    """Decides, per forward, which experts the GPU runs and which the CPU computes.
+
+    Named in the profile (``MODEL[/FORMAT]@GPU+CPU~placement=NAME[,KEY=VALUE...]``,
+    NAME registered under ``simmoe.placements`` or ``module:Name``).  Built
+    with no arguments, one per replay; :meth:`reset` is called once with the
+    :class:`PlacementShape`, then :meth:`place` once per forward (prefills
+    included) in order, with a :class:`PlacementForward`; it returns a
+    :class:`PlacementChoice`.  Optional class attribute ``uses_cache``
+    (False): a GPU expert cache of the replay's policy and budget (``--cache``,
+    ``--slots``, ``--cache-experts``) holds the experts, and ``place`` is
+    handed its hits.  The engine refuses, in one line naming the placement
+    (exit 2), a choice that is not bool [L, N], a cache placement's GPU expert
+    the cache does not hold, a copy of an expert not demanded or already on
+    the GPU, and a cacheless placement whose GPU set changes or does not fit.
+    simmoe's own: ``cpu-layers:N``, ``cpu-all``, ``cpu-misses``, ``fiddler``.
+    """
+
+    name: ClassVar[str]
+
+    def reset(self, shape: PlacementShape) -> None: ...
+
+    def place(self, forward: PlacementForward) -> PlacementChoice: ...
 
 
 # --------------------------------------------------------------------------

@@ -43,8 +43,10 @@ def default_columns(columns: tuple, explicit, profile) -> tuple:
 
 
 def fixed_placement(config, profile):
-    """``cpu-layers:N`` and ``cpu-all`` fix what the GPU holds: the replay keeps no cache (as resident)."""
-    p = placement_of(profile)
-    if p is None or p.uses_cache:
+    """``cpu-layers:N``, ``cpu-all`` (and a plugin without a cache) fix what the GPU holds: the replay keeps
+    no cache (as resident)."""
+    from simmoe.replay.residency_cpu import placement_uses_cache
+
+    if placement_of(profile) is None or placement_uses_cache(profile):
         return config
     return replace(config, slots=0, cache="none", cache_budget=None)

@@ -90,23 +90,29 @@ def load_cpu_terms(path: str | Path | None = None) -> CpuTerms:
 @dataclass(frozen=True)
 class Placement:
     """Where the experts live: ``layers`` (the first N decoder layers' experts on the CPU), ``all``,
-    ``misses`` (a GPU cache, its misses computed on the CPU) or ``fiddler`` (copy or compute per expert)."""
+    ``misses`` (a GPU cache, its misses computed on the CPU), ``fiddler`` (copy or compute per expert)
+    or ``plugin`` (a ``simmoe.api.Placement`` named ``spec``, with its ``options``, decides in the replay)."""
 
     kind: str
     layers: int = 0
+    spec: str = ""
+    options: tuple[tuple[str, str], ...] = ()
 
     @property
     def text(self) -> str:
+        if self.kind == "plugin":
+            return "placement=" + ",".join([self.spec, *(f"{k}={v}" for k, v in self.options)])
         return {"layers": f"cpu-layers:{self.layers}", "all": "cpu-all", "misses": "cpu-misses",
                 "fiddler": "fiddler"}[self.kind]
 
     @property
     def uses_cache(self) -> bool:
-        """Whether a GPU expert cache (the replay's policy and budget) decides what is on the GPU."""
-        return self.kind in ("misses", "fiddler")
+        """Whether what the GPU holds is not fixed by the profile: a GPU expert cache (the replay's
+        policy and budget) decides it, or a plugin does (in the replay, not known here)."""
+        return self.kind in ("misses", "fiddler", "plugin")
 
 
-PLACEMENT_HELP = "~cpu-layers:N, ~cpu-all, ~cpu-misses or ~fiddler"
+PLACEMENT_HELP = "~cpu-layers:N, ~cpu-all, ~cpu-misses, ~fiddler or ~placement=NAME[,KEY=VALUE...]"
 
 
 def parse_placement(text: str) -> Placement | None:
@@ -332,7 +338,8 @@ class CpuForward:
     def describe(self) -> str:
         where = {"layers": f"the experts of the first {self.placement.layers} layers on the CPU",
                  "all": "every expert on the CPU", "misses": "a GPU expert cache, its misses computed on the CPU",
-                 "fiddler": "per expert, copied or computed on the CPU (Fiddler)"}[self.placement.kind]
+                 "fiddler": "per expert, copied or computed on the CPU (Fiddler)",
+                 "plugin": f"placed by {self.placement.spec}"}[self.placement.kind]
         return (f"{self.model.name} ({self.fmt.name}) on {self.gpu.gpu.name} + {self.cpu.name}: {where}, "
                 f"{self.engine} ({'GPU FFN overlaps the CPU' if self.overlap else 'GPU and CPU in turn'})")
 

@@ -4,7 +4,8 @@ The physical profile grammar ``MODEL@GPU[:tpN][+LINK][~SETTING]`` extended
 (docs/cpu-experts.md): ``/FORMAT`` after the model names the experts' weight
 format (``data/formats.toml``; default the checkpoint's), ``+CPU`` a host of
 ``data/cpus.toml`` (``+LINK`` before it, optional, the GPU's host link by
-default), ``~PLACEMENT`` where the experts are computed, ``~ENGINE`` whether
+default), ``~PLACEMENT`` where the experts are computed (simmoe's own, or a plugin:
+``~placement=NAME[,KEY=VALUE...]``, :func:`parse_any_placement`), ``~ENGINE`` whether
 the GPU overlaps the CPU (``llamacpp``, the default: in turn;
 ``ktransformers``: overlapped).  For example
 ``qwen3-30b-a3b/q4_k_m@rtx2080+i9-10900x~cpu-layers:36``.
@@ -55,9 +56,35 @@ class CpuSpec:
     engine: str
 
 
+BUILTIN_PLACEMENTS = ("cpu-layers", "cpu-all", "cpu-misses", "fiddler")
+PLUGIN_PREFIX = "placement="
+
+
+def parse_any_placement(text: str) -> Placement | None:
+    """simmoe's own placements (:func:`parse_placement`) or a plugin's, ``placement=NAME[,KEY=VALUE...]``:
+    NAME registered under ``simmoe.placements`` or ``module:Name``, loaded by the replay; None otherwise."""
+    if not text.startswith(PLUGIN_PREFIX):
+        return parse_placement(text)
+    spec, *pairs = text[len(PLUGIN_PREFIX):].split(",")
+    if not spec:
+        raise ProfileError(f"placement {text!r}: name the placement after 'placement=' (a name registered "
+                           "under simmoe.placements, or module:Name)")
+    if spec.partition(":")[0] in BUILTIN_PLACEMENTS:
+        raise ProfileError(f"placement {text!r}: {spec} is simmoe's own placement; write ~{spec}")
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key or not value:
+            raise ProfileError(f"placement {text!r}: option {pair!r} is not KEY=VALUE")
+        if key in options:
+            raise ProfileError(f"placement {text!r}: option {key!r} given twice")
+        options[key] = value
+    return Placement("plugin", spec=spec, options=tuple(options.items()))
+
+
 def _placement_or_none(text: str) -> Placement | None:
     try:
-        return parse_placement(text)
+        return parse_any_placement(text)
     except ProfileError:
         return Placement("layers")     # malformed, but meant as a placement
 
@@ -98,9 +125,9 @@ def parse_cpu_name(name: str) -> CpuSpec:
                            "MODEL[/FORMAT]@GPU[+LINK]+CPU~PLACEMENT")
     if len(link) > 1:
         raise ProfileError(f"{name}: name at most one link ({' and '.join(link)} given)")
-    placements = [p for p in (parse_placement(t) for t in tails) if p is not None]
+    placements = [p for p in (parse_any_placement(t) for t in tails) if p is not None]
     engines = [t for t in tails if t in ENGINES]
-    other = [t for t in tails if t not in ENGINES and parse_placement(t) is None]
+    other = [t for t in tails if t not in ENGINES and parse_any_placement(t) is None]
     if other:
         raise ProfileError(f"{name}: {other[0]!r} is neither a placement ({PLACEMENT_HELP}) nor an engine "
                            f"({', '.join(ENGINES)})")
@@ -135,8 +162,11 @@ def memory_use(fwd: CpuForward) -> tuple[float, float, float]:
     dense = float(fwd.w_bytes.sum() + fwd.head_bytes)
     experts = fwd.E * fwd.N
     gpu_experts = float(experts[~fwd.cpu_layer].sum())
-    # a cache placement keeps every expert in host RAM (its cache budget is checked with the replay)
-    host = float(experts.sum()) if fwd.placement.uses_cache else float(experts[fwd.cpu_layer].sum())
+    # a cache placement keeps every expert in host RAM (its cache budget is checked with the replay); a
+    # plugin's experts are placed in the replay, which checks both memories then
+    kind = fwd.placement.kind
+    host = 0.0 if kind == "plugin" else float(experts.sum()) if fwd.placement.uses_cache else \
+        float(experts[fwd.cpu_layer].sum())
     return dense + gpu_experts, host, dense + float(experts.sum())
 
 
