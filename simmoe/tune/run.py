@@ -139,6 +139,18 @@ def build_space(engine: str, algo: str, setup: Setup, profile, selections, overr
     return space
 
 
+def starts(space: sp.Space) -> tuple[sp.TuneConfig, ...]:
+    """Always in the first sample: the engine's default, and with experts on the CPU its draft flags at every
+    placement (the placement moves tokens/s most; a Latin sample of a few points would miss the best one)."""
+    from dataclasses import replace
+
+    out = [space.default]
+    for d in space.dims:
+        if d.name == "placement":
+            out += [replace(space.default, placement=v) for v in d.values if v != space.default.placement]
+    return tuple(out)
+
+
 def run_tune(*, hardware: str, workload: str = "mt_bench", engine: str = "sglang", algorithm: str | None = None,
              batch: int = 1, budget_s: float = DEFAULT_BUDGET_S, seed: int = 0, workers: int = 1,
              backend: str = "processes", selections: tuple[str, ...] | None = None, measured=None,
@@ -170,7 +182,7 @@ def run_tune(*, hardware: str, workload: str = "mt_bench", engine: str = "sglang
     rungs = tuple(max(1, int(batch)) * r for r in rungs)
     left = budget_s - (time.perf_counter() - t0)
     res = successive_halving(space, evaluator(setup, workers), budget_s=max(left, 0.0), seed=seed,
-                             initial=initial, rungs=rungs, include=(space.default,), progress=progress,
+                             initial=initial, rungs=rungs, include=starts(space), progress=progress,
                              on_rung=on_rung, workers=workers)
     out = Outcome(setup=setup, space=space, search=res, calibration=calibration)
     if res.interrupted and not res.rows:
