@@ -142,3 +142,16 @@ def test_spread_keeps_both_ends():
     assert out[0] == 27 and out[-1] == 48 and len(out) <= 16 and out == sorted(set(out))
     assert tc.spread(vals[:5]) == vals[:5]
     assert replace(tc.split_cpu(BASE), start="cpu-all").name("cpu-misses:1024") == f"{BASE}~cpu-misses"
+
+
+def test_first_sample_holds_every_placement():
+    from simmoe.tune.run import starts
+
+    cpu = tc.split_cpu(f"{BASE}~cpu-misses")
+    values = tc.placements(cpu)
+    start = tc.start_placement(cpu, values)
+    assert start.startswith("cpu-misses:")          # the profile's cache placement, at a budget that fits
+    space = sp.engine_space("llama.cpp", placements=values, start=start)
+    first = starts(space)
+    assert first[0] == space.default and sorted(c.placement for c in first) == sorted(values)
+    assert all(space.make(space.point_of(c)) == c for c in first)
