@@ -458,21 +458,13 @@ class PrefetchPolicy(Protocol):
 # --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlacementShape:
-    """What a placement is built for: the geometry, the profile's per-expert times and its options.
-
-    ``num_layers`` L, ``num_experts`` N, ``top_k`` k; ``decoder_layers``: int
-    [L], the decoder layer of each MoE layer (llama.cpp's ``blk.i``).  Per MoE
-    layer, float [L]: ``expert_bytes`` one expert's bytes in the profile's
-    weight format; ``copy_ms`` its copy over the host link; ``cpu_read_ms``
-    its read from DRAM by the CPU.  ``cpu_token_ms``: a CPU expert's compute
-    per token routed to it, so a CPU expert serving n tokens of layer ℓ takes
-    max(cpu_read_ms[ℓ], n · cpu_token_ms) (docs/cpu-experts.md).
-    ``gpu_free_bytes``: GPU memory left for experts by the non-expert weights;
-    ``host_bytes``: the host's RAM.  ``options``: the profile's
-    ``,KEY=VALUE`` after the placement's name (strings).  ``trace`` (a
-    read-only copy), ``requests`` and ``seed`` as :class:`CacheShape` has them.
-    Every array is read-only.
-    """
+    """What a placement is built for (every array read-only): L, N, k; ``decoder_layers`` int [L], the
+    decoder layer of each MoE layer (llama.cpp's ``blk.i``); per MoE layer, float [L], one expert's
+    ``expert_bytes`` (the profile's format), ``copy_ms`` over the host link and ``cpu_read_ms`` from
+    DRAM; ``cpu_token_ms`` a CPU expert's compute per token, so n tokens take max(cpu_read_ms[ℓ],
+    n · cpu_token_ms) (docs/cpu-experts.md); ``gpu_free_bytes`` GPU memory the non-expert weights
+    leave; ``host_bytes`` the host's RAM; ``options`` the profile's ``,KEY=VALUE`` (strings);
+    ``trace`` (a read-only copy), ``requests``, ``seed`` as in :class:`CacheShape`."""
 
     num_layers: int
     num_experts: int
@@ -491,16 +483,13 @@ class PlacementShape:
 
 
 class PlacementForward:
-    """One forward as a placement sees it, before it runs.
+    """One forward as a placement sees it, before it runs (every array read-only).
 
-    ``demand``: bool [L, N], the experts the forward runs (SpecFit Eq. 1);
-    ``cached``: bool [L, N], the part of it the GPU expert cache holds (its
-    hits), for a placement that declares ``uses_cache`` (None for any other);
-    ``n_tokens``: the tokens the forward verifies; ``kind``: ``"prefill"`` or
-    ``"step"``; ``requests``, ``positions`` as in :class:`ForwardEvent`.
-    :meth:`tokens` gives n_e, float [L, N]: the tokens routed to each expert
-    (from the real routes; a prefill's spread evenly over its union), made on
-    first call.  Every array is read-only.
+    ``demand`` bool [L, N], the experts it runs (SpecFit Eq. 1); ``cached`` bool [L, N], the part
+    the GPU expert cache holds (its hits) for a ``uses_cache`` placement, else None; ``n_tokens``
+    the tokens it verifies; ``kind`` ``"prefill"`` or ``"step"``; ``requests``, ``positions`` as in
+    :class:`ForwardEvent`.  :meth:`tokens`: n_e, float [L, N], the tokens routed to each expert
+    (the real routes; a prefill's spread evenly over its union), made on first call.
     """
 
     __slots__ = ("demand", "cached", "n_tokens", "kind", "requests", "positions", "_tokens")
@@ -524,14 +513,11 @@ class PlacementForward:
 class PlacementChoice:
     """Where one forward's experts run; the CPU computes every demanded expert not named here.
 
-    ``gpu``: bool [L, N].  A placement without a cache (``uses_cache`` False)
-    gives every expert the GPU holds: the same set each forward, within
-    ``gpu_free_bytes`` (the rest within the host's RAM); the forward's demanded
-    ones among them run on the GPU.  A cache placement gives the cache's hits
-    it serves on the GPU: a subset of ``forward.cached``.  ``copy``: None, or
-    bool [L, N], demanded experts outside ``gpu`` copied over the link for
-    this forward and computed on the GPU (Fiddler's copies); a copy admits
-    nothing to any cache.
+    ``gpu`` bool [L, N]: without a cache (``uses_cache`` False), every expert the GPU holds — one set
+    for the replay, within ``gpu_free_bytes`` (the rest within ``host_bytes``), its demanded ones run
+    there; with a cache, the hits served on the GPU (within ``forward.cached``).  ``copy``: None, or
+    bool [L, N], demanded experts outside ``gpu`` copied over the link for this forward and computed
+    on the GPU (Fiddler's copies; a copy admits nothing to the cache).
     """
 
     gpu: BoolMatrix

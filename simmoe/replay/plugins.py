@@ -1,10 +1,13 @@
-"""Finding selectors, cache policies and prefetch policies by name: entry points and ``module:Name``.
+"""Finding selectors, cache and prefetch policies and placements by name: entry points and ``module:Name``.
 
 Every implementation — simmoe's own included — is a class registered under
 one of the entry-point groups of :data:`simmoe.api.ENTRY_POINT_GROUPS`
 (``simmoe.selectors``, ``simmoe.caches``, ``simmoe.prefetch``; simmoe's own
 in ``pyproject.toml``), or named on the command line as ``module:Name``
-(``package.module:Class``, importable from the current environment).
+(``package.module:Class``, importable from the current environment).  A
+placement of the experts (``simmoe.placements``) is named in the profile,
+``~placement=NAME``; simmoe's own (``~cpu-layers:N``, ``~cpu-all``,
+``~cpu-misses``, ``~fiddler``) are named by those forms and registered nowhere.
 
 Only the names are read when a command starts (the distributions' metadata);
 a class is imported when a replay uses it, so a plugin that cannot be
@@ -37,15 +40,18 @@ from simmoe.api import ENTRY_POINT_GROUPS
 from simmoe.errors import SimmoeError
 
 # what each kind is called in messages, and the methods its protocol requires
-KIND_NAMES = {"selector": "selector", "cache": "cache policy", "prefetch": "prefetch policy"}
+KIND_NAMES = {"selector": "selector", "cache": "cache policy", "prefetch": "prefetch policy",
+              "placement": "placement"}
 REQUIRED = {"selector": ("select",), "cache": ("reset", "observe", "scores"),
-            "prefetch": ("reset", "drafting", "layers")}
+            "prefetch": ("reset", "drafting", "layers"), "placement": ("reset", "place")}
+PROTOCOLS = {"selector": "Selector", "cache": "CachePolicy", "prefetch": "PrefetchPolicy", "placement": "Placement"}
 # simmoe's own, in the order its documentation lists them
 ORDER = {
     "selector": ("ar", "eagle3", "evict", "ddd", "coverage", "specfit", "specfit-full", "optimal",
                  "unconstrained", "oracle", "specfit-prefetch", "llama-chain"),
     "cache": ("lru", "lfu", "belady", "static", "least-stale", "lfru", "eam", "learned"),
     "prefetch": ("draft", "next-layer", "oracle", "eam", "score"),
+    "placement": (),     # simmoe's own are named by their own forms in the profile (module docstring)
 }
 # names that mean "no such stage" rather than an implementation
 NONE_NAMES = {"cache": "none", "prefetch": "none"}
@@ -80,7 +86,7 @@ def distribution(ep: Any) -> str:
 
 def _entry_points(kind: str) -> dict[str, tuple[Any, ...]]:
     found = _installed()[kind]
-    if not any(n in found for n in ORDER[kind]):
+    if ORDER[kind] and not any(n in found for n in ORDER[kind]):
         raise SimmoeError(f"no {KIND_NAMES[kind]} is registered under the entry-point group "
                           f"{ENTRY_POINT_GROUPS[kind]!r}: simmoe is not installed (pip install -e .)")
     return found
@@ -96,7 +102,7 @@ def names(kind: str) -> list[str]:
 def known(kind: str) -> str:
     """The names a message lists as known (with ``none`` where the stage may be absent)."""
     extra = [NONE_NAMES[kind]] if kind in NONE_NAMES else []
-    return ", ".join(extra + names(kind))
+    return ", ".join(extra + names(kind)) or f"none registered under {ENTRY_POINT_GROUPS[kind]!r}"
 
 
 def _failure(exc: BaseException) -> str:
@@ -160,7 +166,7 @@ def _load_entry_point(kind: str, spec: str) -> Any:
 def check_class(kind: str, spec: str, obj: Any) -> None:
     """Refuse, in one line, an object that does not satisfy ``kind``'s protocol in :mod:`simmoe.api`."""
     what = KIND_NAMES[kind]
-    proto = {"selector": "Selector", "cache": "CachePolicy", "prefetch": "PrefetchPolicy"}[kind]
+    proto = PROTOCOLS[kind]
     if not isinstance(obj, type):
         raise SimmoeError(f"{what} {spec!r} is a {type(obj).__name__}, not a class implementing "
                           f"simmoe.api.{proto}")
