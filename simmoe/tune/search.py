@@ -8,7 +8,8 @@ point moved to the nearest valid one) is replayed on short traces (the first
 longer traces, and so on.  At the first rung the neighbours of the best few
 (one step along one dimension) join the candidates, so the search climbs from
 the sample toward the optimum instead of relying on the sample's luck; at the
-last rung that climb continues until no neighbour is better or the budget ends.
+last rung that climb continues until no neighbour is better, then from the
+next best (twice as many each time) while the budget lasts.
 Each rung has an equal share of the budget: on a slow machine a rung is cut
 (its most promising candidates, first in line, have run) rather than the
 last rung never reached.
@@ -150,6 +151,22 @@ class _Search:
         after = self.ranked(rung)
         return bool(after) and _score(self.scores[(rung, after[0])]) > before
 
+    def climb_last(self, rung: int) -> None:
+        """Climb from the best until no neighbour is better; with budget left, from the next best too.
+
+        A small space (llama.cpp's) reaches a local optimum in seconds: the rest
+        of the budget then explores the neighbours of more of the ranking,
+        twice as many each time, climbing again from any better point found.
+        """
+        while not self.over() and self.climb(rung, 1):
+            pass
+        top = CLIMB_TOP
+        while not self.over() and top < len(self.ranked(rung)):
+            top *= 2
+            if self.climb(rung, top):
+                while not self.over() and self.climb(rung, 1):
+                    pass
+
     def search(self, initial: list[tuple[int, ...]]) -> SearchResult:
         cands = list(initial)
         last = len(self.rungs) - 1
@@ -167,8 +184,7 @@ class _Search:
                 self.climb(rung, CLIMB_TOP)
             ranked = self.ranked(rung)
             if rung == last:
-                while not self.over() and self.climb(rung, 1):
-                    pass
+                self.climb_last(rung)
                 break
             cands = ranked[:max(1, math.ceil(len(ranked) / self.eta))]
         return self.finish()
