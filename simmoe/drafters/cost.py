@@ -145,4 +145,5 @@ def profile_with_drafter(profile: Any, drafter: Any) -> Any:
                    draft_fixed_ms=phys.o.spec_iteration_ms + (one - level),
                    cost_b_cache=tuple(b), cost_b_no_cache=tuple(b),
                    description=f"{profile.description}; drafter {drafter.name} (drafting from its geometry, "
-                               "acceptance from its published statistics: every tokens/s a prediction)")
+                               "acceptance from its published statistics or a fit, as the trace's provenance "
+                               "says: every tokens/s a prediction)")

@@ -92,3 +92,17 @@ def test_the_cli_refuses_on_a_physical_profile(tmp_path, capsys):
     assert "the profile has none" in err and "\n" not in err
     assert main(["replay", str(out), "--hardware", "olmoe-1b-7b@rtx4090+i9-10900x~cpu-layers:8",
                  "--selectors", "evict", "--slots", "0"]) == 0
+
+
+def test_each_layer_moved_to_the_cpu_costs_more_on_a_catalogued_host():
+    """OLMoE drafting for itself on an RTX 4090 + i9-10900X: DRAM is slower than HBM, so every further layer
+    whose experts move to the CPU makes the draft step slower, from the GPU-only forward at N = 0."""
+    from simmoe.drafters.cost import profile_with_drafter
+    from simmoe.hardware.profile import load_profile
+
+    prof = load_profile("olmoe-1b-7b@rtx4090+i9-10900x~cpu-layers:8")
+    steps = [profile_with_drafter(prof, drafters.build("llama-chain", {
+        "draft_model": "olmoe-1b-7b", "draft_n_cpu_moe": n})).physical.draft_ms(1, served=False) for n in range(17)]
+    gpu = profile_with_drafter(prof, drafters.build("llama-chain", {"draft_model": "olmoe-1b-7b"}))
+    assert steps[0] == pytest.approx(gpu.physical.draft_ms(1, served=False), rel=1e-12)
+    assert all(b > a for a, b in zip(steps, steps[1:]))
