@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from solvers.cost import CostModel, Selection, checked_ids
+from solvers.cpu_flat import FLAT_CLASSES, FlatCost, per_node, rows_as_ints
 from solvers.errors import InvalidInput
 from solvers.pool import Pool
 
@@ -206,6 +207,39 @@ class CpuCostModel:
             out = self._rates[key] = (values, inverse.reshape(-1).astype(np.int64))
         return out
 
+    def charged(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per flat pair, the index of its read time among :meth:`read_classes`' (-1 for a pair that
+        costs nothing) and its g (0 for those), computed once per geometry."""
+        key = ("charged", L, N)
+        out = self._rates.get(key)
+        if out is None:
+            r, g, _ = self.rates(L, N)
+            priced = (r > 0) | (g > 0)
+            which, g_charged = np.where(priced, self.read_classes(L, N)[1], -1), np.where(priced, g, 0.0)
+            which.flags.writeable = g_charged.flags.writeable = False
+            out = self._rates[key] = (which, g_charged)
+        return out
+
+    def read_bound_tokens(self, L: int, N: int) -> np.ndarray:
+        """Per flat pair, the most tokens n with g·n <= r (as rounded): the counts at which the
+        expert still costs its read time, int64 [L·N] (2**62 where g = 0; computed once per
+        geometry)."""
+        key = ("read-bound", L, N)
+        out = self._rates.get(key)
+        if out is None:
+            r, g, _ = self.rates(L, N)
+            big = 2 ** 62
+            on = g > 0
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                q = np.where(on, np.minimum(r / np.where(on, g, 1.0), 2.0 ** 61), float(big))
+            n = np.floor(q).astype(np.int64)
+            # the quotient is rounded: step to the largest n whose product stays at most r
+            n = np.where(on & (g * n > r), n - 1, n)
+            n = np.where(on & (g * (n + 1) <= r), n + 1, n)
+            n.flags.writeable = False
+            out = self._rates[key] = n
+        return out
+
     def _make_rates(self, L: int, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cpu = _placement(self.on_cpu, L, N)
         r = np.where(cpu, _rates("read", self.read, L, N, 0.0),
@@ -228,48 +262,23 @@ class CpuCostModel:
                 f"{None if self.on_cpu is None else self.on_cpu.tolist()!r})")
 
 
-class CpuView:
-    """What the selection needs of one (pool, cost): per node its priced pairs.
+_DENSE = ("r", "g", "on_cpu", "free_cpu", "root_counts", "holders", "base", "start", "base_cost", "idx",
+          "node_idx", "alone")
 
-    Pairs with a cost (r > 0 or g > 0) that the root or a node uses are numbered
-    densely: ``r``, ``g`` (float64), ``on_cpu`` (bool), ``root_counts`` (int64: 1 where
-    the root routes) and ``holders`` (int64: the nodes that route there) per pair.
-    ``free_cpu``: the CPU pairs used that cost nothing.  Per node v: ``node_idx[v]`` its
-    priced pairs, ``idx[v]`` those another token may share (int arrays), ``alone[v]``
-    the cost of those only v routes to (always max(r, g) when v is in), ``credit[v]``
-    and ``gamma[v]`` its weights in the two lower bounds (:mod:`solvers.cpu_exact`).
-    ``cpu_pool``: the pool whose bitmaps hold the CPU pairs only (F).  ``c0``: the root-only cost, canonical.
 
-    ``flat``: a :class:`FlatCost` where the sets of up to ``flat.k_max`` nodes keep every priced
-    expert read-bound (g·n <= r for every count n a pair reaches: its start plus at most k_max
-    of its holders) and the read times take few values, else None.  T is then b + Σ r over the
-    union's unpaid pairs, kept as bitmaps.
-    """
+class _Dense:
+    """A view's per-pair arrays (:class:`CpuView`'s docstring), and its bounds' weights as they give them."""
 
-    __slots__ = ("pool", "b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders",
-                 "base", "start", "base_cost", "idx", "node_idx", "alone", "credit", "gamma",
-                 "gamma0", "c0", "paid", "flat", "_cpu_pool", "_f_mask", "_f_root")
+    __slots__ = (*_DENSE, "credit", "gamma", "gamma0")
 
-    def __init__(self, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None):
+    def __init__(self, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None, paid: np.ndarray):
         pool = rpool.pool
         L, N = pool.num_layers, pool.num_experts
         r_all, g_all, cpu = cost.rates(L, N)
-        self.pool, self.b = pool, cost.b
-        # the pairs F does not count: the GPU's, and those the rest of the forward uses
-        paid = ~cpu if tokens is None else ~cpu | (tokens > 0)
-        self.paid = paid
-        self._cpu_pool = None if paid.any() else pool
-        # F in the pool's bit space: the bits of pairs not paid, and the root's count of them
-        if pool.pair_ids is None or not paid.any():
-            self._f_mask, self._f_root = -1, pool.root_count
-        else:
-            self._f_mask = _rows(~paid[pool.pair_ids][None, :])[0] if pool.n else 0
-            self._f_root = int(np.count_nonzero(~paid[rpool.root_pairs]))
         priced = (r_all > 0) | (g_all > 0)
         used = np.zeros(L * N, dtype=bool)
         used[rpool.root_pairs] = True
         used[rpool.pairs] = True
-        #: CPU pairs the pool uses that cost nothing (counted in F all the same)
         self.free_cpu = int(np.count_nonzero(used & ~paid & ~priced))
         keep = np.flatnonzero(used & priced)
         dense = np.full(L * N, -1, dtype=np.int64)
@@ -280,7 +289,7 @@ class CpuView:
         self.root_counts[rp[rp >= 0]] = 1
         self.base = np.zeros(keep.size, dtype=np.int64) if tokens is None else tokens[keep]
         self.start = self.base + self.root_counts
-        self.base_cost = self._cost(self.base)
+        self.base_cost = self.cost(self.base)
         # every node's priced pairs, node after node (CSR)
         d_all = dense[rpool.pairs]
         on = d_all >= 0
@@ -288,14 +297,13 @@ class CpuView:
         d = d_all[on]
         self.holders = np.bincount(d, minlength=keep.size).astype(np.int64)
         bounds = np.searchsorted(owner, np.arange(pool.n + 1)).tolist()
-        self.node_idx: tuple[np.ndarray, ...] = tuple(
-            d[bounds[v]:bounds[v + 1]] for v in range(pool.n))
+        self.node_idx: tuple[np.ndarray, ...] = tuple(d[bounds[v]:bounds[v + 1]] for v in range(pool.n))
         # steps of c past the rest of the forward's m tokens: the first, c(m+1) − c(m), and
         # the smallest of any later one: c(2) − c(1) when m = 0, else the first (c is convex
         # from n = 1 on, so its steps only grow there)
         m = self.base
-        step1 = self._cost(m + 1) - self.base_cost
-        later = np.where(m > 0, step1, self._cost(m + 2) - self._cost(m + 1))
+        step1 = self.cost(m + 1) - self.base_cost
+        later = np.where(m > 0, step1, self.cost(m + 2) - self.cost(m + 1))
         # per token, at least g when m = 0 (c(n) >= g·n), else the first step (convexity)
         per_token = np.where(m > 0, step1, self.g)
         solo = (self.holders[d] == 1) & (self.root_counts[d] == 0)
@@ -310,30 +318,137 @@ class CpuView:
         d_shared = d[shared]
         self.idx: tuple[np.ndarray, ...] = tuple(d_shared[cut[v]:cut[v + 1]] for v in range(pool.n))
         s1 = step1[d]
-        self.alone, self.credit, self.gamma = _per_node(
+        self.alone, self.credit, self.gamma = per_node(
             np.stack([np.where(solo, s1, 0.0), np.where(fresh, s1, later[d]), per_token[d]]), bounds)
         self.gamma0 = float(per_token[self.root_counts > 0].sum())
-        self.flat = FlatCost.of(self, rpool, cost, tokens) if _FLAT else None
+
+    def cost(self, n: np.ndarray) -> np.ndarray:
+        """c(n) = max(r, g·n) per priced pair, 0 where n = 0."""
+        return np.where(n > 0, np.maximum(self.r, self.g * n), 0.0)
+
+    def prefix(self, m: int) -> _Dense:
+        """The first m nodes' (``holders`` and ``free_cpu`` stay the whole pool's: at least the prefix's)."""
+        out = _Dense.__new__(_Dense)
+        for name in ("r", "g", "on_cpu", "free_cpu", "root_counts", "holders", "base", "start", "base_cost",
+                     "gamma0"):
+            setattr(out, name, getattr(self, name))
+        for name in ("idx", "node_idx", "alone", "credit", "gamma"):
+            setattr(out, name, getattr(self, name)[:m])
+        return out
+
+
+class CpuView:
+    """What the selection needs of one (pool, cost): per node its priced pairs.
+
+    Pairs with a cost (r > 0 or g > 0) that the root or a node uses are numbered
+    densely: ``r``, ``g`` (float64), ``on_cpu`` (bool), ``root_counts`` (int64: 1 where
+    the root routes) and ``holders`` (int64: the nodes that route there) per pair.
+    ``free_cpu``: the CPU pairs used that cost nothing.  Per node v: ``node_idx[v]`` its
+    priced pairs, ``idx[v]`` those another token may share (int arrays), ``alone[v]``
+    the cost of those only v routes to (always max(r, g) when v is in), ``credit[v]``
+    and ``gamma[v]`` its weights in the two lower bounds (:mod:`solvers.cpu_exact`).
+    ``cpu_pool``: the pool whose bitmaps hold the CPU pairs only (F).  ``c0``: the root-only cost, canonical.
+
+    ``flat``: a :class:`FlatCost` where the sets of up to ``flat.k_max`` nodes keep every priced
+    expert read-bound and the read times take few values, else None.  T is then b + Σ r over
+    the union's unpaid pairs, kept as bitmaps, and the per-pair arrays (``r`` to ``alone``),
+    which the search does not need then, are built on first use.
+    """
+
+    __slots__ = ("pool", "b", "credit", "gamma", "gamma0", "c0", "paid", "flat", "_cpu_pool", "_f_mask",
+                 "_f_root", "_source", "_dense")
+
+    def __init__(self, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None):
+        pool = rpool.pool
+        L, N = pool.num_layers, pool.num_experts
+        cpu = cost.rates(L, N)[2]
+        self.pool, self.b = pool, cost.b
+        # the pairs F does not count: the GPU's, and those the rest of the forward uses
+        paid = ~cpu if tokens is None else ~cpu | (tokens > 0)
+        self.paid = paid
+        self._cpu_pool = None if paid.any() else pool
+        # F in the pool's bit space: the bits of pairs not paid, and the root's count of them
+        if pool.pair_ids is None or not paid.any():
+            self._f_mask, self._f_root = -1, pool.root_count
+        else:
+            self._f_mask = rows_as_ints(~paid[pool.pair_ids][None, :])[0] if pool.n else 0
+            self._f_root = int(np.count_nonzero(~paid[rpool.root_pairs]))
+        self._source = (rpool, cost, tokens)
+        self._dense: _Dense | None = None
+        self.flat = flat_cost(rpool, cost, tokens) if _FLAT else None
+        weights = self._dense_part() if self.flat is None else self.flat
+        self.credit, self.gamma, self.gamma0 = weights.credit, weights.gamma, weights.gamma0
         self.c0 = self.cpu_time(())
+
+    def _dense_part(self) -> _Dense:
+        if self._dense is None:
+            self._dense = _Dense(*self._source, self.paid)
+        return self._dense
+
+    # the per-pair arrays (the class docstring), built on first use
+    @property
+    def r(self) -> np.ndarray:
+        return self._dense_part().r
+
+    @property
+    def g(self) -> np.ndarray:
+        return self._dense_part().g
+
+    @property
+    def on_cpu(self) -> np.ndarray:
+        return self._dense_part().on_cpu
+
+    @property
+    def free_cpu(self) -> int:
+        return self._dense_part().free_cpu
+
+    @property
+    def root_counts(self) -> np.ndarray:
+        return self._dense_part().root_counts
+
+    @property
+    def holders(self) -> np.ndarray:
+        return self._dense_part().holders
+
+    @property
+    def base(self) -> np.ndarray:
+        return self._dense_part().base
+
+    @property
+    def start(self) -> np.ndarray:
+        return self._dense_part().start
+
+    @property
+    def base_cost(self) -> np.ndarray:
+        return self._dense_part().base_cost
+
+    @property
+    def idx(self) -> tuple[np.ndarray, ...]:
+        return self._dense_part().idx
+
+    @property
+    def node_idx(self) -> tuple[np.ndarray, ...]:
+        return self._dense_part().node_idx
+
+    @property
+    def alone(self) -> tuple[float, ...]:
+        return self._dense_part().alone
 
     def prefix(self, rpool: RoutedPool) -> CpuView:
         """This view restricted to ``rpool``, the pool of this view's first m nodes (a prefix of
         the ids: :meth:`RoutedPool.upto_level`), by slicing: the same pairs, rates and per-node
-        numbers.  ``holders`` and ``free_cpu`` stay the whole pool's (at least the prefix's:
-        they only make the bounds and the relaxation's tests more careful), and so
-        does ``flat.k_max``."""
+        numbers.  ``holders`` and ``free_cpu`` stay the whole pool's where they were built (at
+        least the prefix's: they only make the bounds and the relaxation's tests more careful)."""
         m = rpool.n
         out = CpuView.__new__(CpuView)
-        for name in ("b", "r", "g", "on_cpu", "free_cpu", "root_counts", "holders", "base", "start",
-                     "base_cost", "gamma0", "c0", "paid", "_f_mask", "_f_root"):
+        for name in ("b", "gamma0", "c0", "paid", "_f_mask", "_f_root"):
             setattr(out, name, getattr(self, name))
         out.pool = rpool.pool
         out._cpu_pool = None if self._cpu_pool is None else rpool.pool
-        for name in ("idx", "node_idx", "alone", "credit", "gamma"):
-            setattr(out, name, getattr(self, name)[:m])
-        flat = self.flat
-        out.flat = None if flat is None else FlatCost(rpool.pool.masks, flat.root, flat.classes,
-                                                      min(flat.k_max, m))
+        out.credit, out.gamma = self.credit[:m], self.gamma[:m]
+        out._source = (rpool, *self._source[1:])
+        out._dense = None if self._dense is None else self._dense.prefix(m)
+        out.flat = None if self.flat is None else self.flat.prefix(rpool.pool, m)
         return out
 
     @property
@@ -344,15 +459,12 @@ class CpuView:
             self._cpu_pool = self.pool.with_free(self.paid.reshape(L, N))
         return self._cpu_pool
 
-    def _cost(self, n: np.ndarray) -> np.ndarray:
-        """c(n) = max(r, g·n) per priced pair, 0 where n = 0."""
-        return np.where(n > 0, np.maximum(self.r, self.g * n), 0.0)
-
     def counts(self, nodes: Iterable[int]) -> np.ndarray:
         """n_e per priced pair: the rest of the forward's tokens, the root's and ``nodes``'."""
-        c = self.start.copy()
+        dense = self._dense_part()
+        c = dense.start.copy()
         for v in nodes:
-            c[self.node_idx[v]] += 1
+            c[dense.node_idx[v]] += 1
         return c
 
     def cpu_time(self, nodes: Iterable[int]) -> float:
@@ -364,8 +476,9 @@ class CpuView:
             if len(nodes) <= flat.k_max:
                 return flat.canonical(nodes)
         c = self.counts(nodes)
-        on = c > self.base
-        return math.fsum((np.maximum(self.r[on], self.g[on] * c[on]) - self.base_cost[on]).tolist())
+        d = self._dense_part()
+        on = c > d.base
+        return math.fsum((np.maximum(d.r[on], d.g[on] * c[on]) - d.base_cost[on]).tolist())
 
     def terms(self, nodes: tuple[int, ...]) -> tuple[float, int, float]:
         """R̂, F (CPU pairs) and T of an ascending legal ``nodes``, canonically."""
@@ -381,111 +494,36 @@ class CpuView:
         return r, f, self.b[len(nodes)] + self.cpu_time(nodes)
 
 
+def flat_cost(rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None) -> FlatCost | None:
+    """The :class:`solvers.cpu_flat.FlatCost` of ``rpool`` under ``cost`` (``tokens``: the rest of the
+    forward's per flat pair, or None), or None where a pair the pool uses could leave its read time
+    (or the read times take more than ``FLAT_CLASSES`` values).  O(L·N) numpy work, n bitmap steps."""
+    pool = rpool.pool
+    L, N = pool.num_layers, pool.num_experts
+    values, _ = cost.read_classes(L, N)
+    if values.size > FLAT_CLASSES:
+        return None
+    cap = cost.read_bound_tokens(L, N)
+    k_max = pool.n
+    for ids in (rpool.root_pairs, rpool.pairs):
+        if ids.size:
+            room = cap[ids] if tokens is None else cap[ids] - tokens[ids]
+            k_max = min(k_max, int(room.min()) - 1)     # the root's token, then k nodes'
+    if k_max < 0:
+        return None
+    which, g_charged = cost.charged(L, N)
+    if tokens is not None:      # the pairs the rest of the forward pays for are free here
+        which, g_charged = np.where(tokens == 0, which, -1), np.where(tokens == 0, g_charged, 0.0)
+    k = values.size
+    root = np.bincount(which[rpool.root_pairs] + 1, minlength=k + 1)[1:]
+    bits = which[pool.pair_ids] if pool.pair_ids is not None and pool.n else np.zeros(0, np.int64)
+    rows = rows_as_ints(bits[None, :] == np.arange(k)[:, None]) if bits.size else (0,) * k
+    (gamma,) = per_node(g_charged[rpool.pairs][None, :], rpool.start.tolist())
+    return FlatCost(pool.masks, tuple(root.tolist()), tuple(zip(values.tolist(), rows, strict=True)), k_max,
+                    gamma, float(g_charged[rpool.root_pairs].sum()))
+
+
 _FLAT = True            # FlatCost where it applies (the tests run both ways)
-_FLAT_CLASSES = 8       # at most this many distinct read times for FlatCost
-
-
-class FlatCost:
-    """The CPU part of T where every priced pair stays read-bound (``CpuView.flat``).
-
-    Then c(m + n) − c(m) is r for a pair the rest of the forward does not use (m = 0) and 0
-    for one it does, whatever the n, so C(S) = Σ r over the union's unpaid pairs: a weighted
-    union, kept in the bit space of the pool's masks (``Pool.masks``: the pairs the nodes
-    add to the root's), the weights grouped by their distinct values.  ``masks``: the
-    pool's; ``classes``: (r, bitmap of the unpaid pairs with that read time) per distinct
-    value; ``root``: per class, the root's unpaid pairs.  :meth:`gain` is the float
-    increase of adding a node (for the search's bounds); :meth:`canonical` is the CPU part
-    exactly as :meth:`CpuView.cpu_time` defines it (the correctly rounded sum of the r,
-    computed in integers: each r is a dyadic rational).
-    """
-
-    __slots__ = ("masks", "root", "classes", "k_max", "_scaled", "_den")
-
-    def __init__(self, masks: tuple[int, ...], root: tuple[int, ...], classes: tuple[tuple[float, int], ...],
-                 k_max: int):
-        self.masks, self.root, self.classes = masks, root, classes
-        #: the largest set (nodes) that keeps every pair read-bound: the cost holds for those
-        self.k_max = k_max
-        ratios = [r.as_integer_ratio() for r, _ in classes]
-        self._den = max((den for _, den in ratios), default=1)     # powers of two
-        self._scaled = tuple(num * (self._den // den) for num, den in ratios)
-
-    @classmethod
-    def of(cls, view: CpuView, rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None) -> FlatCost | None:
-        """The flat cost of ``view`` (of ``rpool`` under ``cost`` and ``tokens``), or None."""
-        k_max = _flat_size(view)
-        if k_max < 0:
-            return None
-        pool = rpool.pool
-        L, N = pool.num_layers, pool.num_experts
-        values, class_of = cost.read_classes(L, N)
-        if values.size > _FLAT_CLASSES:
-            return None
-        r_all, g_all, _ = cost.rates(L, N)
-        charge = (r_all > 0) | (g_all > 0)
-        if tokens is not None:
-            charge &= tokens == 0
-        which = np.where(charge, class_of, -1)
-        k = values.size
-        root = np.bincount(which[rpool.root_pairs] + 1, minlength=k + 1)[1:]
-        bits = which[pool.pair_ids] if pool.pair_ids is not None and pool.n else np.zeros(0, np.int64)
-        rows = _rows(bits[None, :] == np.arange(k)[:, None]) if bits.size else (0,) * k
-        return cls(pool.masks, tuple(root.tolist()), tuple(zip(values.tolist(), rows, strict=True)), k_max)
-
-    def gain(self, cover: int, v: int) -> float:
-        """The float increase of C when node v joins a set whose nodes cover ``cover``."""
-        new = self.masks[v] & ~cover
-        if not new:
-            return 0.0
-        return sum([r * (new & m).bit_count() for r, m in self.classes])
-
-    def canonical(self, nodes: Iterable[int]) -> float:
-        """C of ``nodes``: Σ r over the union's unpaid pairs, the root's included, correctly rounded."""
-        cover = 0
-        masks = self.masks
-        for v in nodes:
-            cover |= masks[v]
-        total = 0
-        for (_, m), scaled, at_root in zip(self.classes, self._scaled, self.root):
-            total += scaled * ((cover & m).bit_count() + at_root)
-        return total / self._den
-
-
-def _flat_size(view: CpuView) -> int:
-    """The largest k <= n such that start + min(holders, k) tokens keep every priced pair of
-    ``view`` read-bound (g·n <= r, as rounded), or -1 where the root alone does not."""
-    n = view.pool.n
-    g, r, start, holders = view.g, view.r, view.start, view.holders
-    over = g * (start + holders) > r
-    if not over.any():
-        return n
-    g, r, start = g[over], r[over], start[over]
-    # per pair the largest k with g·(start + k) <= r: from the quotient, then corrected for rounding
-    k = np.floor(r / g).astype(np.int64) - start
-    k = np.where(g * (start + k) > r, k - 1, k)
-    k = np.where(g * (start + k + 1) <= r, k + 1, k)
-    return int(min(n, k.min()))
-
-
-def _rows(member: np.ndarray) -> tuple[int, ...]:
-    """Each row of a bool matrix as a Python int (bit i set where row[i])."""
-    packed = np.packbits(member, axis=1, bitorder="little")
-    raw, nb = packed.tobytes(), packed.shape[1]
-    return tuple(int.from_bytes(raw[i * nb:(i + 1) * nb], "little") for i in range(packed.shape[0]))
-
-
-def _per_node(values: np.ndarray, bounds: list[int]) -> list[tuple[float, ...]]:
-    """Per row of ``values`` [c, entries], per node the sum over its entries (node v's at
-    ``bounds[v]:bounds[v + 1]``)."""
-    n = len(bounds) - 1
-    if n == 0:
-        return [()] * values.shape[0]
-    if values.shape[1] == 0:
-        return [(0.0,) * n] * values.shape[0]
-    starts = np.asarray(bounds[:-1])
-    sums = np.add.reduceat(values, np.minimum(starts, values.shape[1] - 1), axis=1)
-    sums[:, starts == np.asarray(bounds[1:])] = 0.0      # reduceat's empty segments hold an entry
-    return [tuple(row) for row in sums.tolist()]
 
 
 def cpu_view(rpool: RoutedPool, cost: CpuCostModel, tokens: np.ndarray | None = None) -> CpuView:
