@@ -1,1 +1,1 @@
-"""Example plugins for simmoe: a selector, a cache policy and a prefetch policy (see docs/extending.md)."""
+"""Example plugins for simmoe: a selector, a cache policy, a prefetch policy and placements (see docs/extending.md)."""
