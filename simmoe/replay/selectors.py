@@ -299,6 +299,10 @@ class Optimal(Selector):
     iteration (``simmoe.theory.lambda_star``) — the same λ* as ``simmoe
     bound``, so the simulated gain of S* over Ŝ can be set beside Table 5's
     prediction.  With a route predictor the states carry the predicted routes.
+    With experts on the CPU in a static placement, T is that regime's exact cost:
+    the cycles SpecFit runs with it, λ* by ``solvers.cpu_dinkelbach``
+    (``simmoe.theory.cpu_bound``, as ``simmoe bound``'s second table) and S* by
+    ``solvers.select_max_linear_cpu``.
     """
 
     name = "optimal"
@@ -316,21 +320,41 @@ class Optimal(Selector):
         self._search = select_max_linear
 
     def prepare(self, trace, num_requests, views_at):
+        cost = self.context.cost
+        if getattr(cost, "cpu", None) is not None:
+            self.lam = self._cpu_lambda(trace, num_requests, views_at, cost)
+            return
         from simmoe.theory.cycles import specfit_cycles
         from simmoe.theory.optimal import lambda_star
 
-        cost = self.context.cost
         cycles = [c for c in specfit_cycles(trace, cost, self.K) if c.request < num_requests]
         states = [view.pool().upto_level(c.drafted_levels)[0]
                   for view, c in zip(views_at([c.row for c in cycles]), cycles)]
         self.lam = lambda_star(states, self.K, cost) if states else 0.0
+
+    def _cpu_lambda(self, trace, num_requests, views_at, cost) -> float:
+        """λ* of the exact CPU-expert cost over the cycles SpecFit runs with it (the views' routes)."""
+        from simmoe.theory.cpu_bound import cpu_optimal_rule, walk_cpu_cycles
+
+        cycles = walk_cpu_cycles(trace, self.K, lambda view, k: _select_cpu(view, k, cost, adaptive=True),
+                                 view_at=lambda row: views_at([row])[0], num_requests=num_requests)
+        return float(cpu_optimal_rule(cycles, self.K, cost.cpu).lam) if cycles else 0.0
 
     def select(self, view):
         if view.size == 0:
             return Choice(_EMPTY, 0)
         if self.lam is None:
             raise RuntimeError("Optimal.prepare() must run before select()")
-        sel = self._search(view.pool(), self.budget(view), _cost(self, view), self.lam)
+        cost = _cost(self, view)
+        if getattr(cost, "cpu", None) is not None:
+            from simmoe.theory.cpu_bound import routed_pool
+            from solvers import select_marginal_cpu, select_max_linear_cpu
+
+            rpool, k = routed_pool(view), self.budget(view)
+            sel = (select_max_linear_cpu(rpool, k, cost.cpu, self.lam) if cost.tokens is None else
+                   select_marginal_cpu(rpool, k, cost.cpu, cost.tokens, lam=self.lam))
+            return Choice(_nodes(sel), view.depth)
+        sel = self._search(view.pool(), self.budget(view), cost, self.lam)
         return Choice(_nodes(sel), view.depth)
 
 
