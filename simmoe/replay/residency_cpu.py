@@ -67,7 +67,8 @@ def check_cpu_setting(setting, trace, profile) -> None:
     fwd = cpu_forward_of(profile)
     if fwd is None:
         return
-    c, where = setting.config, fwd.placement.text
+    p = fwd.placement
+    c, where = setting.config, (repr(p.spec) if p.kind == "plugin" else p.text)
     if c.prefetch != "none":
         raise SimmoeError(f"--prefetch {c.prefetch}: placement {where} computes host-resident experts on the CPU; "
                           "prefetching copies is not modelled in this regime")

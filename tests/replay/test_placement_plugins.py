@@ -357,7 +357,7 @@ def installed(tmp_path, monkeypatch):
 
 def test_registered_placements_load_when_used(installed, trace_file, tmp_path, capsys):
     installed("some-placements", {"first": FIRST, "broken": "no_such_module_xyz:Thing"})
-    assert plugins.names("placement") == ["broken", "first"]
+    assert {"broken", "first"} <= set(plugins.names("placement"))    # (the example's own egg-info may add some)
     # the broken one breaks only the replays that name it
     assert doc_of(trace_file, tmp_path, "placement=first,n=36") == doc_of(trace_file, tmp_path, "cpu-layers:36")
     assert replay(trace_file, "placement=broken") == 2
@@ -365,7 +365,7 @@ def test_registered_placements_load_when_used(installed, trace_file, tmp_path, c
     assert "placement 'broken'" in err and "some-placements" in err and "cannot be loaded" in err
     assert replay(trace_file, "placement=nope") == 2
     err = one_line(capsys)
-    assert "unknown placement 'nope'" in err and "broken, first" in err
+    assert "unknown placement 'nope'" in err and "broken" in err and "first" in err
 
 
 def test_a_placement_name_two_distributions_register_is_refused(installed, trace_file, capsys):
