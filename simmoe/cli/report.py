@@ -26,7 +26,11 @@ def register(sub) -> None:
     p.add_argument("--requests", type=int, default=None, metavar="N",
                    help="replay only the first N requests of each trace (default: all)")
     p.add_argument("--hardware", default="a100-pcie-40gb",
-                   help="base hardware profile, name or path (default a100-pcie-40gb)")
+                   help="base hardware profile, name or path (default a100-pcie-40gb); it must describe "
+                        "the traces' model")
+    p.add_argument("--hardware-rtx", default="rtx4090-24gb", metavar="PROFILE",
+                   help="profile of Table 4's analogue, name or path (default rtx4090-24gb); it must "
+                        "describe the traces' model")
     p.add_argument("--selector-ms", type=float, default=None, metavar="X",
                    help="fixed selector time of SpecFit per cycle (default: the paper's median for "
                         "the dataset, 2.82 ms GSM8K, 1.43 ms CNN/DM)")
@@ -47,7 +51,7 @@ def run(args) -> int:
     from simmoe.report.build import build_report
     from simmoe.report.experiments import ReportSettings
 
-    settings = ReportSettings(requests=args.requests, hardware=args.hardware,
+    settings = ReportSettings(requests=args.requests, hardware=args.hardware, hardware_rtx=args.hardware_rtx,
                               selector_ms=args.selector_ms,
                               check_requests=args.check_requests).validate()
     if args.quick:

@@ -35,6 +35,7 @@ from simmoe.published import PUBLISHED
 from simmoe.report import figures, tables
 from simmoe.report.experiments import (
     ReportSettings,
+    check_models,
     check_rows,
     dataset_of,
     load_profiles,
@@ -225,6 +226,8 @@ def command_line(paths: list[str], settings: ReportSettings, out: str) -> str:
         args += ["--requests", str(settings.requests)]
     if settings.hardware != ReportSettings.hardware:
         args += ["--hardware", settings.hardware]
+    if settings.hardware_rtx != ReportSettings.hardware_rtx:
+        args += ["--hardware-rtx", settings.hardware_rtx]
     if settings.selector_ms is not None:
         args += ["--selector-ms", f"{settings.selector_ms:g}"]
     if settings.quick:
@@ -296,6 +299,8 @@ def build_report(paths: list[str], out: str | Path, settings: ReportSettings, *,
         if log:
             log(f"{p}: reading")
         traces.append(read_trace(p))
+    for p, trace in zip(paths, traces):  # a profile of another model fails before any replay too
+        check_models(trace, p, settings)
     reports, checks = [], []
     for p, trace in zip(paths, traces):
         rep, check = analyse_trace(trace, p, settings, workers=workers, log=log)

@@ -58,21 +58,43 @@ class Setting:
         return QUICK_FRACTIONS if self.quick else FRACTIONS
 
 
-def trace_profile(trace, base):
-    """The profile to time ``trace`` with: ``base`` if it describes the trace's layers, else the recorded one."""
-    want = int(getattr(base, "num_layers", 0) or 0)
-    if not want or want == int(trace.geometry.num_layers):
+def trace_profile(trace, base, path: str = "trace"):
+    """The profile to time ``trace`` (read from ``path``) with: ``base`` if it describes the trace's model,
+    else the one recorded with the trace; either must describe it (:mod:`simmoe.hardware.model_check`)."""
+    from simmoe.hardware.model_check import geometry_problem
+
+    problem = geometry_problem(trace.geometry, base, f"{base.name} (--hardware)")
+    if problem is None:
         return base, base.name
     doc = trace.meta.get("hardware")
     if not doc:
-        raise SimmoeError(f"profile {base.name} describes {want} layers, the trace {trace.geometry.num_layers}, "
-                          "and the trace records no profile of its own")
+        raise SimmoeError(f"{path}: {problem}; the trace records no profile of its own")
     from simmoe.hardware.profile import HardwareProfile, validate
 
     names = {f.name for f in dataclasses.fields(HardwareProfile)} - {"path"}
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in doc.items() if k in names}
     prof = validate(HardwareProfile(**kw))
+    recorded = geometry_problem(trace.geometry, prof, f"{prof.name} (recorded with the trace)")
+    if recorded is not None:
+        raise SimmoeError(f"{path}: {recorded}")
     return prof, f"{prof.name} (measured while recording)"
+
+
+def load(path: str, setting: Setting, profile_path=None):
+    """(trace, profile, its label): the trace at ``path`` and the profile that times it, checked to match."""
+    from simmoe.hardware.model_check import check_profile_model
+    from simmoe.hardware.profile import load_profile
+    from simmoe.trace.io import read_trace
+
+    trace = read_trace(ROOT / path if not Path(path).is_absolute() else path)
+    if profile_path is None:
+        return (trace, *trace_profile(trace, load_profile(setting.hardware), path))
+    profile = load_profile(ROOT / profile_path)
+    try:
+        check_profile_model(trace.geometry, profile, f"{profile.name} ({profile_path})")
+    except SimmoeError as exc:
+        raise SimmoeError(f"{path}: {exc}") from None
+    return trace, profile, f"{profile.name} ({profile_path}; {profile.notes})"
 
 
 def configs(trace, name: str, requests: int, setting: Setting, profile):
@@ -98,21 +120,15 @@ def configs(trace, name: str, requests: int, setting: Setting, profile):
     return out, base
 
 
-def run_trace(name: str, path: str, requests: int, setting: Setting, progress=None, profile_path=None):
-    """Every replay of one trace: a DataFrame of rows, its metadata."""
+def run_trace(name: str, path: str, requests: int, setting: Setting, progress=None, profile_path=None,
+              loaded=None):
+    """Every replay of one trace: a DataFrame of rows, its metadata.  ``loaded``: :func:`load`'s result."""
     import pandas as pd
 
-    from simmoe.hardware.profile import load_profile
     from simmoe.replay.engine import replay_all
     from simmoe.replay.metrics import speedup
-    from simmoe.trace.io import read_trace
 
-    trace = read_trace(ROOT / path if not Path(path).is_absolute() else path)
-    if profile_path is not None:
-        profile = load_profile(ROOT / profile_path)
-        label = f"{profile.name} ({profile_path}; {profile.notes})"
-    else:
-        profile, label = trace_profile(trace, load_profile(setting.hardware))
+    trace, profile, label = loaded if loaded is not None else load(path, setting, profile_path)
     jobs, base = configs(trace, name, requests, setting, profile)
     cfgs = [base] + [c for c, _ in jobs]
     t0 = time.perf_counter()
@@ -202,7 +218,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="reports/caches.md", help="the report (figures and rows.csv beside it)")
     p.add_argument("--quick", action="store_true", help="fewer requests and two sizes (a check, minutes)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    p.add_argument("--hardware", default=DEFAULT_PROFILE, help="profile of the 48-layer traces")
+    p.add_argument("--hardware", default=DEFAULT_PROFILE,
+                   help="profile of the Qwen3-30B-A3B traces (gsm8k, cnndm); it must describe their model")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -229,13 +246,16 @@ def _run(args) -> int:
         require_learning_libraries()
     setting = Setting(quick=args.quick, workers=args.workers, hardware=args.hardware)
     t0 = time.perf_counter()
+    # every trace read and checked against its profile before any replay
+    loaded = [load(path, setting, prof) for _, path, _, _, prof in TRACES]
     frames, metas = [], []
     with _progress(args.no_progress) as bar:
-        for name, path, full, quick, prof in TRACES:
+        for (name, path, full, quick, prof), pair in zip(TRACES, loaded, strict=True):
             n = len(SELECTORS) * len(POLICIES) * len(setting.fractions) * 2 + 1
             task = bar.add_task(name, total=n)
             df, meta = run_trace(name, path, quick if args.quick else full, setting,
-                                 progress=lambda rs, task=task: bar.advance(task, len(rs)), profile_path=prof)
+                                 progress=lambda rs, task=task: bar.advance(task, len(rs)), profile_path=prof,
+                                 loaded=pair)
             frames.append(df)
             metas.append(meta)
     df = pd.concat(frames, ignore_index=True)

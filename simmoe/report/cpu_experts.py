@@ -130,6 +130,7 @@ def fewest_layers(model: str, system: str) -> int | None:
 def plan(model: str, system: str, trace, setting: Setting) -> tuple[list, list]:
     """(jobs, refused): jobs are (labels, profile, config); refused rows carry their reason."""
     from simmoe.hardware.catalogue import load_model
+    from simmoe.hardware.model_check import check_profile_model
     from simmoe.replay.engine import ReplayConfig
 
     g = trace.geometry
@@ -140,6 +141,8 @@ def plan(model: str, system: str, trace, setting: Setting) -> tuple[list, list]:
     def add(kind, placement, x, selectors, slots=0):
         name = profile_name(model, system, placement)
         prof, why = try_profile(name)
+        if prof is not None:        # the trace is built with the model's geometry: a mismatch is a bug here
+            check_profile_model(g, prof, name)
         if prof is not None and slots:
             why = cache_refusal(prof, slots, L)
         mib = slots * L * float(prof.physical.E.mean()) / 2**20 if prof is not None else float("nan")

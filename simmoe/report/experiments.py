@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from simmoe.errors import SimmoeError
+from simmoe.errors import ProfileError, SimmoeError
 from simmoe.published import PUBLISHED
 from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
 from simmoe.replay.metrics import COUNTERS, speedup
@@ -146,6 +146,29 @@ def search_ms(settings: ReportSettings, dataset: str, base_profile) -> float:
     return float(medians.get(dataset, base_profile.selector_ms))
 
 
+def check_model(trace: Trace, path: str, profile, flag: str) -> None:
+    """Refuse ``profile`` (given as ``flag``) when it describes another model than ``trace``'s: one line
+    naming both (:mod:`simmoe.hardware.model_check`, the check every command makes)."""
+    from simmoe.hardware.model_check import geometry_problem
+
+    problem = geometry_problem(trace.geometry, profile, f"{profile.name} ({flag})")
+    if problem is not None:
+        raise ProfileError(f"{path}: {problem}")
+
+
+def check_models(trace: Trace, path: str, settings: ReportSettings) -> None:
+    """Every profile the report times ``trace`` with must describe its model: the base and the RTX 4090's.
+
+    The link what-ifs (:func:`~simmoe.report.whatif.bandwidth_profile`) keep the base's model, so the
+    base's check covers them; the regime table's resident profile is checked where it is used
+    (:func:`simmoe.report.regimes.regime_rows`).
+    """
+    from simmoe.hardware.profile import load_profile
+
+    check_model(trace, path, load_profile(settings.hardware), "--hardware")
+    check_model(trace, path, load_profile(settings.hardware_rtx), "--hardware-rtx")
+
+
 def load_profiles(settings: ReportSettings) -> dict:
     """Name → profile: the base, the RTX 4090 and the link what-ifs derived from the base."""
     from simmoe.hardware.profile import load_profile
@@ -224,6 +247,7 @@ def run_experiments(trace: Trace, path: str, settings: ReportSettings, *, worker
     import pandas as pd
 
     settings = settings.validate()
+    check_models(trace, path, settings)
     dataset = dataset_of(trace, path)
     profiles = load_profiles(settings)
     pairs = experiment_configs(settings, dataset, profiles, groups)
@@ -267,6 +291,7 @@ def table5_row(trace: Trace, path: str, settings: ReportSettings) -> dict:
 
     head = head_requests(trace, settings.requests)
     profile = load_profile(settings.hardware)
+    check_model(trace, path, profile, "--hardware")
     cost = profile.cost_model(True)
     K = head.pool_shape.K
     if len(cost.b) < K + 1:

@@ -56,10 +56,11 @@ def prefetch_rows(trace, path: str, settings, *, workers: int = 1, progress=None
 
     from simmoe.hardware.profile import load_profile
     from simmoe.replay.engine import replay_all
-    from simmoe.report.experiments import dataset_of
+    from simmoe.report.experiments import check_model, dataset_of
 
     settings = settings.validate()
     base = load_profile(settings.hardware)
+    check_model(trace, path, base, "--hardware")
     dataset = dataset_of(trace, path)
     want = _configs(settings, dataset, base)
     unique = list(dict.fromkeys(want.values()))

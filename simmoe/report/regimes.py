@@ -51,7 +51,7 @@ def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=None):
     from simmoe.replay.engine import ReplayConfig, ar_baseline, replay_all
     from simmoe.replay.metrics import speedup
     from simmoe.replay.selectors import SELECTORS as ALL
-    from simmoe.report.experiments import dataset_of, search_ms
+    from simmoe.report.experiments import check_model, dataset_of, search_ms
 
     if not applies(trace):
         return pd.DataFrame()
@@ -59,6 +59,8 @@ def regime_rows(trace, path: str, settings, *, workers: int = 1, batches=None):
     dataset = dataset_of(trace, path)
     base = load_profile(settings.hardware)
     resident = load_profile(RESIDENT)
+    check_model(trace, path, base, "--hardware")
+    check_model(trace, path, resident, "the resident regime")
     profiles = {base.name: base, resident.name: resident}
     fixed = search_ms(settings, dataset, base)
     R = len(trace.requests) if settings.requests is None else min(settings.requests, len(trace.requests))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from report_traces import small
+from report_traces import any_model_profiles, small
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +18,9 @@ def trace_files(tmp_path_factory):
         write_trace(small(seed, ds), path)
         paths[ds] = str(path)
     return paths
+
+
+@pytest.fixture(scope="session")
+def any_profiles(tmp_path_factory) -> dict[str, str]:
+    """The report's base and RTX 4090 profiles stating no geometry: they time the small traces."""
+    return any_model_profiles(tmp_path_factory.mktemp("report-profiles"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pandas as pd
@@ -46,12 +47,12 @@ def test_budget_gain_is_the_median_difference():
     assert caches_analysis.winners(df)[("a", "ar", "budget", 0.1)] == tuple(sorted(caches_analysis.ONLINE))  # tied
 
 
-def test_a_small_trace_renders_with_every_policy_and_the_synthetic_label(tmp_path, monkeypatch):
+def test_a_small_trace_renders_with_every_policy_and_the_synthetic_label(tmp_path, any_profiles):
     from simmoe.trace.io import write_trace
 
-    trace = random_trace(9, num_requests=9, output_len=(6, 10), pool_nodes=6, L=48, N=16, k=2)
+    trace = random_trace(9, num_requests=9, output_len=(6, 10), pool_nodes=6, L=8, N=16, k=2)
     write_trace(trace, tmp_path / "t.parquet")
-    setting = caches.Setting(quick=True)
+    setting = caches.Setting(quick=True, hardware=any_profiles["hardware"])   # the trace is no catalogued model
     df, meta = caches.run_trace("small", str(tmp_path / "t.parquet"), 3, setting)
     assert set(df["policy"]) == set(caches.POLICIES) and set(df["selector"]) == set(caches.SELECTORS)
     assert len(df) == len(caches.POLICIES) * len(caches.SELECTORS) * len(setting.fractions) * 2
@@ -72,3 +73,33 @@ def test_bad_arguments_are_one_line(capsys, tmp_path):
     assert "workers" in capsys.readouterr().err
     assert caches.main(["--out", str(tmp_path / "no" / "r.md")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_profile_of_another_model_is_refused_before_any_replay(tmp_path, capsys, monkeypatch, any_profiles):
+    from simmoe.hardware.profile import load_profile
+    from simmoe.trace.io import read_trace, write_trace
+
+    path = tmp_path / "t.parquet"
+    write_trace(random_trace(9, num_requests=1, output_len=(3, 4), pool_nodes=2, L=48, N=16, k=2), path)
+    with pytest.raises(caches.SimmoeError, match=r"t\.parquet: profile a100-pcie-40gb \(--hardware\) is Qwen3"):
+        caches.load(str(path), caches.Setting())
+    # else the profile recorded with the trace times it, if it describes the trace's model
+    trace = read_trace(path)
+    for recorded, ok in (("rtx4090-24gb", False), (any_profiles["hardware_rtx"], True)):
+        trace.meta["hardware"] = dataclasses.asdict(load_profile(recorded))
+        if ok:
+            prof, label = caches.trace_profile(trace, load_profile("a100-pcie-40gb"), "t.parquet")
+            assert prof.num_layers == 0 and label.endswith("(measured while recording)")
+        else:
+            with pytest.raises(caches.SimmoeError, match=r"rtx4090-24gb \(recorded with the trace\)"):
+                caches.trace_profile(trace, load_profile("a100-pcie-40gb"), "t.parquet")
+    # the command refuses the shipped Qwen3 traces under another model's profile before any replay, writes nothing
+    def no_replay(*a, **k):
+        raise AssertionError("replayed before every trace was checked")
+
+    monkeypatch.setattr("simmoe.replay.engine.replay_all", no_replay)
+    out = tmp_path / "r.md"
+    assert caches.main(["--hardware", "olmoe-1b-7b@h100-sxm", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "traces/gsm8k.parquet: profile olmoe-1b-7b@h100-sxm (--hardware) is OLMoE" in err, err
+    assert len(err.strip().splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]

@@ -14,14 +14,19 @@ ARGS = ["--requests", "3", "--workers", "1", "--quiet"]
 FIGS = ("tps", "slots", "link", "routes", "policy", "prefetch")
 
 
+def profile_args(any_profiles) -> list[str]:
+    """The default profiles stating no geometry: they time the small traces (the shipped ones describe 48 layers)."""
+    return ["--hardware", any_profiles["hardware"], "--hardware-rtx", any_profiles["hardware_rtx"]]
+
+
 @pytest.fixture(scope="module")
-def two_runs(trace_files, tmp_path_factory):
+def two_runs(trace_files, tmp_path_factory, any_profiles):
     outs = []
     for i in range(2):
         out = tmp_path_factory.mktemp(f"report{i}")
         (out / "calibration.md").write_text("someone else's report\n")
         assert main(["report", "--traces", trace_files["gsm8k"], trace_files["cnndm"],
-                     "--out", str(out), *ARGS]) == 0
+                     "--out", str(out), *ARGS, *profile_args(any_profiles)]) == 0
         outs.append(out)
     return outs
 
@@ -91,12 +96,12 @@ def test_tables_hold_the_index_numbers(two_runs):
     assert df["synthetic"].all()
 
 
-def test_check_slice_is_the_table_part_on_the_first_requests(two_runs, trace_files):
+def test_check_slice_is_the_table_part_on_the_first_requests(two_runs, trace_files, any_profiles):
     from simmoe.report.experiments import ReportSettings, check_rows
     from simmoe.trace.io import read_trace
 
     ref = pd.read_csv(two_runs[0] / "tables" / "check-slice.csv")
-    settings = ReportSettings(requests=3)
+    settings = ReportSettings(requests=3, **any_profiles)
     got = pd.concat([check_rows(read_trace(p), p, settings) for p in trace_files.values()],
                     ignore_index=True)
     assert set(ref["experiment"]) == {"main", "slots", "rtx4090"}
@@ -127,12 +132,53 @@ def test_bad_input_is_one_line_and_leaves_nothing(trace_files, tmp_path, capsys)
     assert "not a folder" in capsys.readouterr().err
 
 
-def test_quick_report_has_every_table_and_figure_on_reduced_grids(trace_files, tmp_path, capsys):
+def test_a_profile_of_another_model_is_refused_before_any_replay(trace_files, any_profiles, tmp_path, capsys,
+                                                                 monkeypatch):
+    from factories import random_trace
+
+    from simmoe.report import experiments
+    from simmoe.report.experiments import ReportSettings, check_models
+    from simmoe.trace.io import read_trace, write_trace
+
+    qwen, olmoe = str(tmp_path / "qwen.parquet"), tmp_path / "olmoe.parquet"
+    # Qwen3-30B-A3B's geometry (the shipped profiles' model) and OLMoE-1B-7B's
+    for path, (L, N, k) in ((qwen, (48, 128, 8)), (olmoe, (16, 64, 8))):
+        write_trace(random_trace(5, num_requests=1, output_len=(3, 4), pool_nodes=2, L=L, N=N, k=k), path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "index.md").write_text("the previous report\n")
+    olmoe_gpu = "olmoe-1b-7b@a100-pcie-40gb+pcie4-x16"
+    cases = [
+        ([str(olmoe)], [], f"{olmoe}: profile a100-pcie-40gb (--hardware) describes a 48-layer model"),
+        ([qwen, str(olmoe)], [], f"{olmoe}: profile a100-pcie-40gb (--hardware)"),    # the first trace matches
+        ([qwen], ["--hardware", olmoe_gpu], f"{qwen}: profile {olmoe_gpu} (--hardware) is OLMoE"),
+        ([str(olmoe)], ["--hardware", olmoe_gpu], f"{olmoe}: profile rtx4090-24gb (--hardware-rtx)"),
+        ([trace_files["gsm8k"]], ["--hardware", any_profiles["hardware"], "--hardware-rtx", "rtx4090-24gb"],
+         f"{trace_files['gsm8k']}: profile rtx4090-24gb (--hardware-rtx) describes a 48-layer model"),
+    ]
+    def no_replay(*a, **k):
+        raise AssertionError("replayed before every trace was checked")
+
+    monkeypatch.setattr(experiments, "replay_all", no_replay)
+    for traces, flags, msg in cases:
+        assert main(["report", "--traces", *traces, *flags, "--out", str(out), "--quiet"]) == 2, (traces, flags)
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+    assert [p.name for p in out.iterdir()] == ["index.md"]            # nothing written, no staging folder
+    assert (out / "index.md").read_text() == "the previous report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["olmoe.parquet", "out", "qwen.parquet"]
+    # the trace's own model passes: physical profiles of OLMoE, and profiles that state no geometry
+    trace = read_trace(olmoe)
+    check_models(trace, str(olmoe), ReportSettings(hardware=olmoe_gpu, hardware_rtx="olmoe-1b-7b@rtx4090+pcie4-x16"))
+    check_models(trace, str(olmoe), ReportSettings(**any_profiles))
+
+
+def test_quick_report_has_every_table_and_figure_on_reduced_grids(trace_files, tmp_path, capsys, any_profiles):
     from simmoe.report.experiments import QUICK, ReportSettings
 
     out = tmp_path / "q"
     assert main(["report", "--traces", trace_files["gsm8k"], trace_files["cnndm"], "--out", str(out),
-                 "--quick", "--workers", "1"]) == 0
+                 "--quick", "--workers", "1", *profile_args(any_profiles)]) == 0
     err = capsys.readouterr().err.splitlines()
     # not a terminal: one line per step (7 per trace), none per configuration
     assert len(err) == 14 and not any("configurations" in ln for ln in err), err
@@ -142,7 +188,9 @@ def test_quick_report_has_every_table_and_figure_on_reduced_grids(trace_files, t
     args = json.loads((out / "report-args.json").read_text())
     settings = ReportSettings.from_dict(args["settings"])
     assert settings.quick and settings.requests == 1 and settings.prefetch_slots == QUICK["prefetch_slots"]
-    assert args["command"].endswith("--requests 1 --quick")
+    assert "--requests 1 " in args["command"] and args["command"].endswith(" --quick")
+    assert f"--hardware-rtx {any_profiles['hardware_rtx']}" in args["command"]
+    assert settings.hardware_rtx == any_profiles["hardware_rtx"]
     index = (out / "index.md").read_text()
     assert "**QUICK**" in index
     pre = pd.read_csv(out / "tables" / "gsm8k-prefetch.csv")

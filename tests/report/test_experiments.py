@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from report_traces import small
 
 from simmoe.replay.engine import ReplayConfig, ar_baseline, replay
 from simmoe.report.experiments import (
     ReportSettings,
+    check_models,
     dataset_of,
     experiment_configs,
     head_requests,
@@ -26,12 +29,18 @@ def trace():
 
 
 @pytest.fixture(scope="module")
-def frame(trace):
-    return run_experiments(trace, "gsm8k.parquet", SETTINGS, workers=1)
+def settings(any_profiles):
+    """SETTINGS on the default profiles stating no geometry, which time the small trace."""
+    return replace(SETTINGS, **any_profiles)
 
 
-def test_every_row_equals_a_one_by_one_replay(trace, frame):
-    profiles = load_profiles(SETTINGS)
+@pytest.fixture(scope="module")
+def frame(trace, settings):
+    return run_experiments(trace, "gsm8k.parquet", settings, workers=1)
+
+
+def test_every_row_equals_a_one_by_one_replay(trace, frame, settings):
+    profiles = load_profiles(settings)
     assert set(frame["experiment"]) == {"main", "slots", "rtx4090", "link", "routes", "policy"}
     for _, r in frame.iterrows():
         cfg = ReplayConfig(selector=r["selector"], slots=int(r["slots"]), cache=r["cache"],
@@ -122,3 +131,28 @@ def test_settings_round_trip_and_validation():
                 dict(links=(("x", 0.0),)), dict(selector_ms=-1.0)):
         with pytest.raises(SimmoeError):
             ReportSettings(**bad).validate()
+
+
+@pytest.mark.parametrize("shape", [(48, 128, 8), (48, 128, 4), (48, 64, 8), (16, 128, 8), (3, 12, 2)])
+def test_every_entry_point_refuses_a_profile_of_another_model(shape, any_profiles):
+    from factories import random_trace
+
+    from simmoe.errors import ProfileError
+    from simmoe.report.prefetch import prefetch_rows
+
+    L, N, k = shape
+    t = random_trace(3, num_requests=1, output_len=(3, 4), pool_nodes=2, L=L, N=N, k=k)
+    qwen = shape == (48, 128, 8)          # the shipped profiles' model, Qwen3-30B-A3B
+    calls = [lambda s: check_models(t, "t.parquet", s), lambda s: table5_row(t, "t.parquet", s),
+             lambda s: prefetch_rows(t, "t.parquet", s), lambda s: run_experiments(t, "t.parquet", s)]
+    for bad, flag in ((ReportSettings(), "a100-pcie-40gb (--hardware)"),
+                      (ReportSettings(hardware=any_profiles["hardware"]), "rtx4090-24gb (--hardware-rtx)")):
+        if qwen:
+            check_models(t, "t.parquet", bad)
+            continue
+        for call in (calls[0], calls[3]) if "rtx" in flag else calls:   # Table 4's profile: only those replay it
+            with pytest.raises(ProfileError) as exc:
+                call(bad)
+            msg = str(exc.value)
+            assert msg.startswith("t.parquet: profile ") and flag in msg and "\n" not in msg, msg
+    check_models(t, "t.parquet", ReportSettings(**any_profiles))   # profiles stating no geometry time any trace

@@ -43,3 +43,10 @@ def test_other_geometries_get_no_table(small_trace):
     assert not applies(small_trace)
     assert len(regime_rows(small_trace, "x.parquet", ReportSettings())) == 0
     assert regime_table(None) == ""
+
+
+def test_a_base_profile_of_another_model_is_refused(qwen_trace):
+    from simmoe.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=r"^gsm8k\.parquet: profile olmoe-1b-7b@h100-sxm \(--hardware\) is OLMoE"):
+        regime_rows(qwen_trace, "gsm8k.parquet", ReportSettings(hardware="olmoe-1b-7b@h100-sxm"), batches=(1,))

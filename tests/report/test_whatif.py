@@ -49,7 +49,8 @@ def test_faster_link_never_slows_ar_without_cache():
 
     trace = random_trace(7, num_requests=2, output_len=(6, 9), pool_nodes=0, L=3, N=12, k=2)
     cfg = ReplayConfig(selector="ar", slots=0, cache="none", hardware="x")
-    tps = [replay(trace, cfg, bandwidth_profile(BASE, g)).summary()["decode_tps"]
+    any_model = BASE.replace(num_layers=0)      # BASE describes Qwen3-30B-A3B's 48 layers, not the small trace
+    tps = [replay(trace, cfg, bandwidth_profile(any_model, g)).summary()["decode_tps"]
            for g in (5.0, 24.8, 55.0, 375.0)]
     assert tps == sorted(tps) and tps[0] < tps[-1]
 
@@ -61,3 +62,17 @@ def test_bad_bases_are_refused():
         bandwidth_profile(BASE.replace(expert_bytes=0), 55.0)
     with pytest.raises(ProfileError, match="> 0"):
         bandwidth_profile(BASE, 0.0)
+
+
+@pytest.mark.parametrize("shape", [(48, 128, 8), (3, 12, 2), (48, 64, 8)])
+def test_a_derived_profile_describes_the_base_s_model(shape):
+    # so the report checks the base alone for its link what-ifs (simmoe.report.experiments.check_models)
+    from simmoe.hardware.model_check import geometry_problem
+    from simmoe.trace.schema import ModelGeometry
+
+    g = ModelGeometry(*shape)
+    for base in (BASE, BASE.replace(num_layers=0)):
+        for _, gbps in LINKS:
+            p = bandwidth_profile(base, gbps)
+            assert (p.num_layers, p.model) == (base.num_layers, base.model)
+            assert (geometry_problem(g, p, "x") is None) == (geometry_problem(g, base, "x") is None)
