@@ -7,9 +7,11 @@ experts and top-k the catalogue gives when the model is catalogued;
 ``num_layers = 0`` means the profile states no geometry at all (a profile
 written for tests or for any model), and nothing is checked.  Everything a
 profile states must agree with the trace's geometry (layers with routed
-experts, experts per layer, top-k).  ``simmoe replay``, ``sweep``, ``bound``, ``validate`` and
-the default profile that follows a trace (:mod:`simmoe.cli.defaults`) all ask
-:func:`geometry_problem` / :func:`check_profile_model`.
+experts, experts per layer, top-k).  ``simmoe replay``, ``sweep``, ``bound``, ``validate``,
+``fit --trace``, ``tune --trace``, ``report`` (every trace against every profile that times it:
+the base, Table 4's, the regime table's resident one; :mod:`simmoe.report.experiments`),
+``python -m simmoe.report.caches`` and the default profile that follows a trace
+(:mod:`simmoe.cli.defaults`) all ask :func:`geometry_problem` / :func:`check_profile_model`.
 """
 
 from __future__ import annotations
