@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import numpy as np
 
-from simmoe.api import PoolView
+from simmoe.api import PoolView, Undeclared
 from simmoe.errors import CheckFailed
 from simmoe.theory.cycles import accepted_length
 from simmoe.trace.schema import Trace
@@ -37,6 +38,9 @@ from solvers import CpuCostModel, DinkelbachResult, RoutedPool, cpu_dinkelbach, 
 
 # relative slack of the self-checks, as Table 5's
 CHECK_RTOL = 1e-9
+
+# the walk's selection reads no verdicts (SpecFit's does not)
+NO_VERDICTS = Undeclared("view.agree", "reads_verdicts")
 
 # select(view, K) -> (Ŝ's node ids in the view's pool, levels drafted): SpecFit's rule with adaptive depth
 SelectRule = Callable[[PoolView, int], tuple[Sequence[int], int]]
@@ -67,7 +71,7 @@ def exact_view(trace: Trace, row: int) -> PoolView:
     """The pool at ``row`` as a selector with exact routes sees it (no verdicts, no cost)."""
     s = trace.pool_slice(row)
     return PoolView(row=row, parents=trace.node_parent[s], levels=trace.node_level[s], p=trace.node_p[s],
-                    q=trace.node_q[s], agree=None, root_routes=trace.root_routes[row],
+                    q=trace.node_q[s], agree=cast(Any, NO_VERDICTS), root_routes=trace.root_routes[row],
                     node_routes=trace.node_routes[s], num_experts=int(trace.geometry.num_experts))
 
 
