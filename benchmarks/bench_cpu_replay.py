@@ -10,7 +10,8 @@ in one process, alternately:
 - copy regime: ``qwen3-30b-a3b@rtx2080+pcie3-x16`` (experts copied over PCIe
   Gen3 into a 48-slot LRU cache per layer);
 - CPU regime: ``qwen3-30b-a3b/q4_k_m@rtx2080+i9-10900x~cpu-layers:36``
-  (llama.cpp ``--n-cpu-moe 36``), and ``~cpu-misses`` with the same cache.
+  (llama.cpp ``--n-cpu-moe 36``), ``~cpu-all`` (``-cmoe``), and ``~cpu-misses`` and
+  ``~fiddler`` with the same cache (misses computed on the CPU; Fiddler's copy-or-compute rule).
 
 Each run replays every selector from scratch (plans included, nothing
 memoized across runs); CPU time of this process (``time.process_time``) and
@@ -31,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SELECTORS = ("ar", "eagle3", "evict", "specfit")
 COPY = "qwen3-30b-a3b@rtx2080+pcie3-x16"
-CPU = ("qwen3-30b-a3b/q4_k_m@rtx2080+i9-10900x~cpu-layers:36", "qwen3-30b-a3b/q4_k_m@rtx2080+i9-10900x~cpu-misses")
+PLACEMENTS = ("cpu-layers:36", "cpu-all", "cpu-misses", "fiddler")
+CPU = tuple(f"qwen3-30b-a3b/q4_k_m@rtx2080+i9-10900x~{p}" for p in PLACEMENTS)
 GOAL = 1.3
 
 
@@ -82,9 +84,11 @@ def main(argv=None) -> int:
                      f"{statistics.median(r[1] for r in rs):.2f} | {statistics.median(r[2] for r in rs):.3f} | "
                      f"{ratio:.2f}x | {sim_ratio:.2f}x |")
     lines += ["", "CPU time is the measure (the machine is shared: wall time runs above it).  `cpu-layers:N` "
-              "keeps no cache (the placement fixes the GPU's experts), so its replay skips the cache's work "
-              "that the copy regime does; `cpu-misses` runs the same LRU cache and adds the CPU side of every "
-              "forward (its experts one by one, the sockets' sums, the forward's terms).  Where every CPU "
+              "and `cpu-all` keep no cache (the placement fixes the GPU's experts), so their replays skip the cache's "
+              "work that the copy regime does, and SpecFit selects with the placement's exact cost (the search of "
+              "solvers/cpu_exact.py; docs/solvers.md); `cpu-misses` and `fiddler` run the same LRU cache and add "
+              "the CPU side of every forward (its experts one by one, the sockets' sums, the forward's terms; "
+              "Fiddler's rule per expert).  Where every CPU "
               "expert is bound by its DRAM read and the GPU part by its memory reads, a step's time does not "
               "depend on how its tokens spread over the experts, and the replay skips counting them "
               "(the same times, tested).",

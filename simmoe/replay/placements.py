@@ -77,12 +77,17 @@ class Fiddler(CpuMisses):
         self.read, self.copy = np.asarray(shape.cpu_read_ms), np.asarray(shape.copy_ms)
         # up to this many tokens every CPU expert is bound by its read: a step needs no n_e to decide
         self.membound = float(np.min(self.read / shape.cpu_token_ms)) if shape.num_layers else 0.0
+        # a copy slower than every layer's read never wins while the CPU is read-bound: nothing to compare then
+        self.copy_loses = bool(np.all(self.copy >= self.read))
 
     def place(self, forward) -> PlacementChoice:
         cached = forward.cached
+        read_bound = forward.kind == "step" and forward.n_tokens <= self.membound
+        if read_bound and self.copy_loses:
+            return PlacementChoice(cached)
         flat = np.flatnonzero(np.greater(forward.demand, cached))
         layers = flat // self.shape.num_experts
-        if forward.kind == "step" and forward.n_tokens <= self.membound:
+        if read_bound:
             t = self.read[layers]
         else:
             n_e = forward.tokens().reshape(-1)[flat]
