@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -337,6 +338,16 @@ class _Dense:
         return out
 
 
+class _DenseField:
+    """An attribute of a :class:`CpuView` read from its per-pair arrays (:class:`_Dense`, built on first use)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, view, owner=None) -> Any:
+        return self if view is None else getattr(view._dense_part(), self.name)
+
+
 class CpuView:
     """What the selection needs of one (pool, cost): per node its priced pairs.
 
@@ -386,53 +397,8 @@ class CpuView:
         return self._dense
 
     # the per-pair arrays (the class docstring), built on first use
-    @property
-    def r(self) -> np.ndarray:
-        return self._dense_part().r
-
-    @property
-    def g(self) -> np.ndarray:
-        return self._dense_part().g
-
-    @property
-    def on_cpu(self) -> np.ndarray:
-        return self._dense_part().on_cpu
-
-    @property
-    def free_cpu(self) -> int:
-        return self._dense_part().free_cpu
-
-    @property
-    def root_counts(self) -> np.ndarray:
-        return self._dense_part().root_counts
-
-    @property
-    def holders(self) -> np.ndarray:
-        return self._dense_part().holders
-
-    @property
-    def base(self) -> np.ndarray:
-        return self._dense_part().base
-
-    @property
-    def start(self) -> np.ndarray:
-        return self._dense_part().start
-
-    @property
-    def base_cost(self) -> np.ndarray:
-        return self._dense_part().base_cost
-
-    @property
-    def idx(self) -> tuple[np.ndarray, ...]:
-        return self._dense_part().idx
-
-    @property
-    def node_idx(self) -> tuple[np.ndarray, ...]:
-        return self._dense_part().node_idx
-
-    @property
-    def alone(self) -> tuple[float, ...]:
-        return self._dense_part().alone
+    (r, g, on_cpu, free_cpu, root_counts, holders, base, start, base_cost, idx, node_idx,
+     alone) = (_DenseField() for _ in range(12))
 
     def prefix(self, rpool: RoutedPool) -> CpuView:
         """This view restricted to ``rpool``, the pool of this view's first m nodes (a prefix of
