@@ -160,7 +160,7 @@ def _setup(args):
     if args.address is not None and args.engine != "ray":
         raise SimmoeError("--address needs --engine ray")
     if args.engine == "ray":
-        from simmoe.sweep.ray_engine import require_ray
+        from simmoe.replay.ray_runtime import require_ray
 
         require_ray()
     for t in args.traces:

@@ -37,7 +37,11 @@ def register(sub) -> None:
                    help=f"time budget of the search, e.g. 60s or 2m (default {DEFAULT_BUDGET_S:g}s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and the traces (default 0)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--backend", default="processes", choices=BACKENDS, help="where evaluations run")
+    p.add_argument("--backend", default="processes", choices=BACKENDS,
+                   help="where evaluations run: forked processes (default) or Ray tasks (the 'ray' extra; a local "
+                        "runtime of --workers CPUs, or the cluster at --address)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="with --backend ray: an existing cluster ('auto', 'ray://host:10001')")
     p.add_argument("--measured", default=None, metavar="K=V,...",
                    help="one measured point of yours: topk=..,steps=..,draft_tokens=..,accept_len=..,"
                         "tokens_per_s=..,vanilla_tokens_per_s=.. (docs/tune.md)")
@@ -82,7 +86,8 @@ def run(args) -> int:
 
         outcome = run_tune(hardware=args.hardware, workload=args.workload, engine=args.engine,
                            algorithm=args.algorithm, batch=args.batch, budget_s=budget, seed=args.seed,
-                           workers=args.workers, backend=args.backend, selections=selections,
+                           workers=args.workers, backend=args.backend, address=args.address,
+                           selections=selections,
                            measured=measured, progress=progress,
                            on_rung=lambda r: pause_point(f"tune-rung-{r}"))
     text = output.text(outcome, top=args.top)

@@ -33,20 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from simmoe.errors import SimmoeError
 from simmoe.replay.engine import ReplayConfig
+from simmoe.replay.ray_runtime import require_ray, start_ray
 from simmoe.replay.selectors import SELECTORS
 from simmoe.sweep.grid import Failure, assemble, cached_trace, replay_task, tasks_of  # noqa: F401 (Failure: API)
-
-
-def require_ray():
-    """Import ray, or raise :class:`SimmoeError` saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise SimmoeError("--engine ray needs Ray: pip install 'ray>=2.9' "
-                          "(or the extra: pip install 'simmoe[ray]')") from None
-    return ray
 
 
 def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = None,
@@ -78,18 +68,7 @@ def run_sweep_ray(grid, *, configs: Sequence[tuple[str, ReplayConfig]] | None = 
                 profiles[c.hardware] = load_profile(c.hardware)
     traces = {path: cached_trace(path) for path, _ in tasks}  # a bad trace fails here, before Ray starts
 
-    started = False
-    if not ray.is_initialized():
-        try:
-            if address is None:
-                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            else:
-                ray.init(address=address, log_to_driver=False, configure_logging=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise SimmoeError(f"cannot start or reach the Ray cluster"
-                              f"{f' at {address}' if address else ''}: {exc}") from None
-        started = True
+    started = start_ray(ray, address, num_cpus)
     results: dict[tuple[str, ReplayConfig], dict] = {}
     failures: dict[tuple[str, ReplayConfig], str] = {}
     try:

@@ -27,7 +27,7 @@ from typing import Any
 def tune(hardware: str, workload: str = "mt_bench", engine: str = "sglang", *, algorithm: str | None = None,
          batch: int = 1, budget: float | str = "50s", seed: int = 0, workers: int = 1,
          selections: tuple[str, ...] | None = None, measured: dict | str | None = None,
-         progress=None) -> Any:
+         progress=None, backend: str = "processes", address: str | None = None) -> Any:
     """Search ``engine``'s speculative configurations for ``hardware`` and ``workload``; every row a prediction.
 
     ``workload``: a synthetic preset's name or a trace file's path (``.parquet``);
@@ -37,7 +37,9 @@ def tune(hardware: str, workload: str = "mt_bench", engine: str = "sglang", *, a
     ``budget``: seconds, or text such as ``"60s"``; ``measured``: one measured
     point (a dict or ``simmoe tune --measured``'s text: topk, steps,
     draft_tokens, accept_len, tokens_per_s, vanilla_tokens_per_s);
-    ``progress(done, planned)`` is called after each evaluation.  Bad input
+    ``progress(done, planned)`` is called after each evaluation; ``backend="ray"``
+    evaluates on Ray (a local runtime of ``workers`` CPUs, or the cluster at
+    ``address``: :mod:`simmoe.tune.ray_backend`).  Bad input
     raises :class:`simmoe.errors.SimmoeError` with one line.
     """
     import pandas as pd
@@ -51,7 +53,7 @@ def tune(hardware: str, workload: str = "mt_bench", engine: str = "sglang", *, a
         measured = parse_measured(",".join(f"{k}={v}" for k, v in measured.items()))
     outcome = run_tune(hardware=hardware, workload=workload, engine=engine, algorithm=algorithm, batch=batch,
                        budget_s=parse_budget(budget), seed=seed, workers=workers, selections=selections,
-                       measured=measured, progress=progress)
+                       measured=measured, progress=progress, backend=backend, address=address)
     from simmoe.tune.evaluate import is_synthetic, workload_label
 
     df = pd.DataFrame(outcome.frame_rows())

@@ -82,6 +82,10 @@ def check_inputs(engine: str, algorithm: str | None, workload: str, hardware: st
         raise SimmoeError(f"--backend {backend}: known: {', '.join(BACKENDS)}")
     if workers < 1:
         raise SimmoeError(f"--workers {workers}: must be at least 1")
+    if backend == "ray":        # the extra is there, or one line says how to install it, before any work
+        from simmoe.replay.ray_runtime import require_ray
+
+        require_ray("--backend ray")
     cpu = split_cpu(hardware)
     if cpu is not None:
         check_engine(engine, hardware)
@@ -156,14 +160,16 @@ def run_tune(*, hardware: str, workload: str = "mt_bench", engine: str = "sglang
              backend: str = "processes", selections: tuple[str, ...] | None = None, measured=None,
              rungs=RUNGS, initial: int | None = None, space_overrides: dict | None = None,
              progress: Callable[[int, int], None] | None = None,
-             on_rung: Callable[[int], None] | None = None) -> Outcome:
-    """Search ``engine``'s space on ``hardware`` for ``workload`` (every number a prediction)."""
+             on_rung: Callable[[int], None] | None = None, address: str | None = None) -> Outcome:
+    """Search ``engine``'s space on ``hardware`` for ``workload`` (every number a prediction).
+
+    ``backend``: ``"processes"`` (``workers`` forked processes) or ``"ray"`` (Ray tasks: a local runtime of
+    ``workers`` CPUs, or the cluster at ``address``; :mod:`simmoe.tune.ray_backend`)."""
     if not budget_s > 0:
         raise SimmoeError(f"--budget {budget_s}: the time budget must be more than 0 seconds")
     algo, profile, cpu, trace_path = check_inputs(engine, algorithm, workload, hardware, batch, backend, workers)
-    if backend == "ray":
-        raise SimmoeError("--backend ray: not available for simmoe tune yet (its evaluations share generated "
-                          "traces within a process); use --backend processes --workers N")
+    if address is not None and backend != "ray":
+        raise SimmoeError("--address needs --backend ray")
     if measured is not None and cpu is not None:
         raise SimmoeError("--measured: recalibrating from a measured point is not modelled with experts on the "
                           "CPU yet (the regime's serving terms are not the physical model's); leave it out")
@@ -181,9 +187,20 @@ def run_tune(*, hardware: str, workload: str = "mt_bench", engine: str = "sglang
     space = build_space(engine, algo, setup, profile, selections, space_overrides or {})
     rungs = tuple(max(1, int(batch)) * r for r in rungs)
     left = budget_s - (time.perf_counter() - t0)
-    res = successive_halving(space, evaluator(setup, workers), budget_s=max(left, 0.0), seed=seed,
-                             initial=initial, rungs=rungs, include=starts(space), progress=progress,
-                             on_rung=on_rung, workers=workers)
+    if backend == "ray":
+        from simmoe.tune.ray_backend import ray_evaluator
+
+        evaluate_batch = ray_evaluator(setup, address=address, num_cpus=workers if address is None else None)
+    else:
+        evaluate_batch = evaluator(setup, workers)
+    try:
+        res = successive_halving(space, evaluate_batch, budget_s=max(left, 0.0), seed=seed,
+                                 initial=initial, rungs=rungs, include=starts(space), progress=progress,
+                                 on_rung=on_rung, workers=workers)
+    finally:
+        close = getattr(evaluate_batch, "close", None)
+        if close is not None:
+            close()
     out = Outcome(setup=setup, space=space, search=res, calibration=calibration)
     if res.interrupted and not res.rows:
         return out
