@@ -6,7 +6,8 @@ values cut into as many strata as samples, each stratum used once, then the
 point moved to the nearest valid one) is replayed on short traces (the first
 ``rungs[0]`` requests of the workload); the best 1/η go on to the next rung's
 longer traces, and so on.  At the first rung the neighbours of the best few
-(one step along one dimension) join the candidates, so the search climbs from
+(one step along one dimension; two on a dimension of 8–16 values, four on a
+wider one) join the candidates, so the search climbs from
 the sample toward the optimum instead of relying on the sample's luck; at the
 last rung that climb continues until no neighbour is better, then from the
 next best (twice as many each time) while the budget lasts.
@@ -67,10 +68,12 @@ def latin_points(space: Space, n: int, rng: np.random.Generator) -> list[tuple[i
 
 
 def neighbours(space: Space, point: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """The valid points one step away along one dimension (draft tokens also 4 steps: its range is wide)."""
+    """The valid points one step away along one dimension, also two on a dimension of 8–16 values (SGLang's
+    top-k: its predicted tokens/s is rough at the last rung, reports/tune-benchmark.md) and four on a wider one
+    (draft tokens)."""
     out = []
     for j, d in enumerate(space.dims):
-        steps = (-4, -1, 1, 4) if len(d.values) > 16 else (-1, 1)
+        steps = (-4, -1, 1, 4) if len(d.values) > 16 else (-2, -1, 1, 2) if len(d.values) >= 8 else (-1, 1)
         for s in steps:
             i = point[j] + s
             if 0 <= i < len(d.values):
