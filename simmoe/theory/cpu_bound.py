@@ -33,11 +33,9 @@ import numpy as np
 from simmoe.api import PoolView, Undeclared
 from simmoe.errors import CheckFailed
 from simmoe.theory.cycles import accepted_length
+from simmoe.theory.table5 import check_proposition1
 from simmoe.trace.schema import Trace
 from solvers import CpuCostModel, DinkelbachResult, RoutedPool, cpu_dinkelbach, cpu_evaluate
-
-# relative slack of the self-checks, as Table 5's
-CHECK_RTOL = 1e-9
 
 # the walk's selection reads no verdicts (SpecFit's does not)
 NO_VERDICTS = Undeclared("view.agree", "reads_verdicts")
@@ -203,19 +201,8 @@ def cpu_margins(cycles: Sequence[CpuCycle], K: int, cost: CpuCostModel,
 
 def _check(result, lam, theta, bound, terms, T_hat, R_star, T_star, cycles) -> None:
     """Proposition 1, Eq. 7 and Lemma 1 under this cost (they need only Ŝ's and S*'s optimality)."""
-    tol = CHECK_RTOL * lam
     if not result.converged:
         raise CheckFailed(f"Dinkelbach's iteration under the CPU-expert cost did not converge in "
                           f"{result.iterations} iterations")
-    attained = R_star.sum() / T_star.sum()
-    if abs(attained - lam) > tol:
-        raise CheckFailed(f"S* attains {attained!r}, not λ* = {lam!r} under the CPU-expert cost")
-    if lam < theta - tol:
-        raise CheckFailed(f"λ* = {lam!r} < Θ = {theta!r} under the CPU-expert cost")
-    if lam - theta > bound + tol:
-        raise CheckFailed(f"λ* − Θ = {lam - theta!r} exceeds the Eq. 7 bound {bound!r} under the CPU-expert cost")
-    bad = np.flatnonzero(terms < -tol * T_hat)
-    if bad.size:
-        i = int(bad[0])
-        raise CheckFailed(f"Lemma 1 fails under the CPU-expert cost at trace row {cycles[i].row}: "
-                          f"(ρ − λ*)(T(S*) − T(Ŝ)) = {terms[i]!r} < 0 (Ŝ is not the largest ratio)")
+    check_proposition1(lam=lam, theta=theta, bound=bound, terms=terms, T_hat=T_hat, R_star=R_star,
+                       T_star=T_star, cycles=cycles, cost=" under the CPU-expert cost", time="T")

@@ -184,22 +184,30 @@ def _affine(cost: CostModel, size: int) -> tuple[CostModel, str]:
     return line, "least-squares line"
 
 
-def _check(*, lam, theta, bound, terms, T_hat, R_star, T_star, f_over_r, f_over_r2,
-           rho, rho_unc, cycles) -> None:
-    """Assert Proposition 1, Lemma 1, App. A.1 (β) and App. A.3 on the computed values."""
+def check_proposition1(*, lam, theta, bound, terms, T_hat, R_star, T_star, cycles, cost: str = "",
+                       time: str = "T̂") -> None:
+    """Assert that S* attains λ*, Θ ≤ λ* ≤ Θ + Eq. 7's bound, and Lemma 1's terms (ρ − λ*)(T(S*) − T(Ŝ)) ≥ 0
+    per cycle (within ``CHECK_RTOL``); ``cost``: a phrase naming the cost for the messages (" under …")."""
     tol = CHECK_RTOL * lam
     attained = R_star.sum() / T_star.sum()
     if abs(attained - lam) > tol:
-        raise CheckFailed(f"S* attains {attained!r}, not λ* = {lam!r} (Dinkelbach did not converge)")
+        raise CheckFailed(f"S* attains {attained!r}, not λ* = {lam!r}{cost} (Dinkelbach did not converge)")
     if lam < theta - tol:
-        raise CheckFailed(f"λ* = {lam!r} < Θ = {theta!r}")
+        raise CheckFailed(f"λ* = {lam!r} < Θ = {theta!r}{cost}")
     if lam - theta > bound + tol:
-        raise CheckFailed(f"λ* − Θ = {lam - theta!r} exceeds the Eq. 7 bound {bound!r}")
+        raise CheckFailed(f"λ* − Θ = {lam - theta!r} exceeds the Eq. 7 bound {bound!r}{cost}")
     bad = np.flatnonzero(terms < -tol * T_hat)
     if bad.size:
         i = int(bad[0])
-        raise CheckFailed(f"Lemma 1 fails at trace row {cycles[i].row}: "
-                          f"(ρ − λ*)(T̂(S*) − T̂(Ŝ)) = {terms[i]!r} < 0")
+        raise CheckFailed(f"Lemma 1 fails{cost} at trace row {cycles[i].row}: "
+                          f"(ρ − λ*)({time}(S*) − {time}(Ŝ)) = {terms[i]!r} < 0 (Ŝ is not the largest ratio)")
+
+
+def _check(*, lam, theta, bound, terms, T_hat, R_star, T_star, f_over_r, f_over_r2,
+           rho, rho_unc, cycles) -> None:
+    """Assert Proposition 1, Lemma 1, App. A.1 (β) and App. A.3 on the computed values."""
+    check_proposition1(lam=lam, theta=theta, bound=bound, terms=terms, T_hat=T_hat, R_star=R_star,
+                       T_star=T_star, cycles=cycles)
     bad = np.flatnonzero(f_over_r2 > f_over_r * (1 + CHECK_RTOL))
     if bad.size:
         i = int(bad[0])
