@@ -176,7 +176,6 @@ def _fmt(value) -> str:
 
 
 def print_table(report: dict) -> None:
-    from rich.table import Table
 
     from simmoe.cli.console import make_console
     from simmoe.theory.table5 import ROWS
@@ -184,15 +183,9 @@ def print_table(report: dict) -> None:
     label = "synthetic trace" if report["synthetic"] else f"{report['provenance']} trace"
     cache = f"{report['slots']} slots, with cache" if report["cache"] else "0 slots, without cache"
     eq4 = ", Eq. 4's approximation of the CPU-expert cost" if report.get("cpu_exact") else ""
-    table = Table(title=f"SpecFit Table 5 on {report['trace']} ({label}){eq4}",
-                  caption=f"{report['hardware']}, {cache}: beta = {report['beta']:.6g} ms, "
-                          f"K = {report['K']}")
-    table.add_column("Quantity")
-    table.add_column("Value", justify="right")
-    values = report["table5"]
-    for key, text, scale in ROWS:
-        value = values[key]
-        table.add_row(text, _fmt(value * scale if scale != 1 else value))
+    table = _quantities(f"SpecFit Table 5 on {report['trace']} ({label}){eq4}",
+                        f"{report['hardware']}, {cache}: beta = {report['beta']:.6g} ms, K = {report['K']}",
+                        ROWS, report["table5"])
     console = make_console(width=None, highlight=True)
     console.print(table)
     if report.get("cpu_exact"):
@@ -203,17 +196,21 @@ def print_table(report: dict) -> None:
 
 
 def _exact_table(report: dict, label: str):
-    from rich.table import Table
-
     from simmoe.theory.cpu_bound import ROWS
 
-    table = Table(title=f"Proposition 1 under the exact CPU-expert cost on {report['trace']} ({label})",
-                  caption=f"{report['hardware']}: T(S) = b_|S| + sum of max(r, g*n) over the union's experts, "
-                          f"K = {report['K']}")
+    return _quantities(f"Proposition 1 under the exact CPU-expert cost on {report['trace']} ({label})",
+                       f"{report['hardware']}: T(S) = b_|S| + sum of max(r, g*n) over the union's experts, "
+                       f"K = {report['K']}", ROWS, report["cpu_exact"])
+
+
+def _quantities(title: str, caption: str, rows, values: dict):
+    """A two-column table of ``rows`` ((key, text, scale) each) read from ``values``."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption)
     table.add_column("Quantity")
     table.add_column("Value", justify="right")
-    values = report["cpu_exact"]
-    for key, text, scale in ROWS:
+    for key, text, scale in rows:
         value = values[key] * scale if scale != 1 else values[key]
         # the error bound is near 0 once converged: significant digits, not two decimals
         table.add_row(text, f"{value:.3g}" if key == "dinkelbach_error_bound" else _fmt(value))
