@@ -328,7 +328,7 @@ class _Search:
             if flat is None:
                 C2, cover2 = C + view.alone[j] + _push(counts, view.idx[j], view.r, view.g), cover
             else:
-                mask = flat.masks[j]
+                mask = flat.masks[j]        # FlatCost.gain, inlined: the search's innermost step
                 new = mask & ~cover
                 C2 = C + sum([r * (new & m).bit_count() for r, m in flat.classes]) if new else C
                 cover2 = cover | mask
