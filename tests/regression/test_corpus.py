@@ -52,6 +52,7 @@ def corpus():
 def test_the_grid_is_the_recorded_one(corpus):
     names = [e["name"] for e in grid.entries()]
     assert len(set(names)) == len(names)
+    assert {f"cnndm/{s}" for s in grid.CNNDM_SETTINGS} <= set(names), "a CNN/DM setting names no entry"
     assert sorted(names) == sorted(corpus["entries"]), "grid and corpus differ: re-record (record.py)"
     for e in grid.entries():
         assert corpus["entries"][e["name"]]["argv"] == e["argv"], e["name"]
