@@ -56,6 +56,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -127,11 +128,47 @@ def union_states(traces, K: int, samples: int, batch: int = 1, seed: int = 0):
     return np.concatenate(us), np.concatenate(cs)
 
 
-def fit_ck(pub: dict, log: Callable[[str], None], served_dtype: str | None = None) -> dict:
+class FitInputs:
+    """The seeded synthetic workloads the fit profiles and replays, each made on first use and kept.
+
+    They do not depend on the served dtype nor on anything fitted, so one
+    instance serves any number of fits (``--served-dtype`` what-ifs, tests).
+    """
+
+    def __init__(self, pub: dict, log: Callable[[str], None] = lambda s: None):
+        self.pub, self.log = pub, log
+
+    @cached_property
+    def ck_states(self) -> tuple[np.ndarray, np.ndarray]:
+        """Table 4's profiled states: ``union_states`` of the EVICT-shaped Qwen3-30B-A3B traces up to its largest k."""
+        K = int(np.max(self.pub["evict"]["table4_step_latency_ms"]["k"]))
+        self.log("C(k): EVICT-shaped traces of Qwen3-30B-A3B (gsm8k, cnndm presets)")
+        return union_states(evict_traces("qwen3-30b-a3b"), K, UNION_SAMPLES)
+
+    @cached_property
+    def qa(self):
+        """The QA workload of the served-iteration fit (:func:`qa_workload`)."""
+        return qa_workload()
+
+    @cached_property
+    def table6_states(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per Table 6 batch size B: the unions of one token from each of B requests, and their contexts."""
+        self.log("Table 6: unions of one token from each of B requests (gsm8k, cnndm presets, 80 and 40 requests)")
+        traces = evict_traces("qwen3-30b-a3b", requests=None, node_routes=False)
+        states = {}
+        for B in table6_batches(self.pub):
+            u, c = union_states(traces, 0, samples=24, batch=B, seed=B)
+            states[B] = (u[:, 0, :], c)
+        return states
+
+
+def fit_ck(pub: dict, log: Callable[[str], None], served_dtype: str | None = None,
+           inputs: FitInputs | None = None) -> dict:
     """η and forward_ms fitted to Table 4's C(k) on QA (Qwen3-30B-A3B, A100 SXM4 80GB).
 
     ``served_dtype`` (e.g. ``"fp8"``) reads the weights at that width instead
     of the checkpoint's (a what-if; the shipped fit uses the checkpoint's BF16).
+    ``inputs``: the workloads when the caller holds them already (:class:`FitInputs`).
     """
     from scipy.optimize import least_squares
 
@@ -142,8 +179,7 @@ def fit_ck(pub: dict, log: Callable[[str], None], served_dtype: str | None = Non
     ks = np.asarray(t4["k"], dtype=np.int64)
     target = np.asarray(t4["qa"], dtype=np.float64)
     K = int(ks.max())
-    log("C(k): EVICT-shaped traces of Qwen3-30B-A3B (gsm8k, cnndm presets)")
-    unions, contexts = union_states(evict_traces("qwen3-30b-a3b"), K, UNION_SAMPLES)
+    unions, contexts = (inputs or FitInputs(pub, log)).ck_states
     model, gpu = served_model(load_model("qwen3-30b-a3b"), served_dtype), load_gpu("a100-sxm4-80gb")
 
     def predict(x):
@@ -183,7 +219,13 @@ def fit_steps(pub: dict, eta: float, fwd: float, log, temperature: int = 0, serv
     return out
 
 
-def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None = None) -> dict:
+def table6_batches(pub: dict) -> list[int]:
+    """The batch sizes of Table 6's columns."""
+    return [int(c[2:]) for c in pub["evict"]["table6_batch_vllm"]["columns"][2:]]
+
+
+def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None = None,
+               inputs: FitInputs | None = None) -> dict:
     """vLLM, batch 4–64: one step_ms per GPU fitted to the vanilla QA row; the best GPU is kept."""
     from scipy.optimize import least_squares
 
@@ -191,16 +233,10 @@ def fit_table6(pub: dict, eta: float, fwd: float, log, served_dtype: str | None 
     from simmoe.hardware.physical import Overheads, PhysicalModel, served_model
 
     t6 = pub["evict"]["table6_batch_vllm"]
-    cols = t6["columns"]
     row = next(r for r in t6["rows"] if r[0] == "qa" and r[1] == "vanilla")
-    batches = [int(c[2:]) for c in cols[2:]]
+    batches = table6_batches(pub)
     target = np.asarray(row[2:], dtype=np.float64)
-    log("Table 6: unions of one token from each of B requests (gsm8k, cnndm presets, 80 and 40 requests)")
-    traces = evict_traces("qwen3-30b-a3b", requests=None, node_routes=False)
-    states = {}
-    for B in batches:
-        u, c = union_states(traces, 0, samples=24, batch=B, seed=B)
-        states[B] = (u[:, 0, :], c)
+    states = (inputs or FitInputs(pub, log)).table6_states
     model = served_model(load_model("qwen3-30b-a3b"), served_dtype)
     fits: dict[str, dict] = {}
     for g in TABLE6_GPUS:
@@ -293,7 +329,7 @@ def _served_row(res, target: float) -> dict:
 
 
 def fit_spec_iteration(pub: dict, eta: float, fwd: float, step: float, log,
-                       served_dtype: str | None = None) -> dict:
+                       served_dtype: str | None = None, inputs: FitInputs | None = None) -> dict:
     """The served iteration ``spec_iteration_ms + spec_token_ms · tokens`` that Table 1's two QA rows imply.
 
     EAGLE-3 (its Mat the fitted one: the preset's ``easy_share``, fitted to
@@ -308,7 +344,7 @@ def fit_spec_iteration(pub: dict, eta: float, fwd: float, step: float, log,
     """
     from simmoe.hardware.physical import Overheads
 
-    trace = qa_workload()
+    trace = (inputs or FitInputs(pub, log)).qa
     base = Overheads(efficiency=eta, forward_ms=fwd, step_ms=step)
     rows = {m: _served_row(replay_spec(trace, base, m, served_dtype), table1_qa(pub, m)) for m in SPEC_ROWS}
     A = np.array([[rows[m]["iterations"], rows[m]["verified"]] for m in SPEC_ROWS], dtype=np.float64)
@@ -327,15 +363,18 @@ def fit_spec_iteration(pub: dict, eta: float, fwd: float, step: float, log,
     return {"spec_iteration_ms": a, "spec_token_ms": b, "rows": rows}
 
 
-def run_fit(log: Callable[[str], None] = lambda s: None, served_dtype: str | None = None) -> dict:
+def run_fit(log: Callable[[str], None] = lambda s: None, served_dtype: str | None = None,
+            inputs: FitInputs | None = None) -> dict:
+    """The whole fit; ``inputs``: its workloads when the caller holds them already (:class:`FitInputs`)."""
     from simmoe.published import PUBLISHED
 
-    ck = fit_ck(PUBLISHED, log, served_dtype)
+    inputs = inputs or FitInputs(PUBLISHED, log)
+    ck = fit_ck(PUBLISHED, log, served_dtype, inputs)
     eta, fwd = ck["efficiency"], ck["forward_ms"]
     steps = fit_steps(PUBLISHED, eta, fwd, log, served_dtype=served_dtype)
     steps_t1 = fit_steps(PUBLISHED, eta, fwd, log, temperature=1, served_dtype=served_dtype)
-    spec = fit_spec_iteration(PUBLISHED, eta, fwd, steps[SPEC_MODEL]["step_ms"], log, served_dtype)
-    t6 = fit_table6(PUBLISHED, eta, fwd, log, served_dtype)
+    spec = fit_spec_iteration(PUBLISHED, eta, fwd, steps[SPEC_MODEL]["step_ms"], log, served_dtype, inputs)
+    t6 = fit_table6(PUBLISHED, eta, fwd, log, served_dtype, inputs)
     return {"ck": ck, "steps": steps, "steps_t1": steps_t1, "spec": spec, "table6": t6,
             "served_dtype": served_dtype}
 
@@ -473,7 +512,8 @@ def _step_lines(steps: dict, when: str = "") -> list[str]:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv=None, inputs: FitInputs | None = None) -> int:
+    """The command line; ``inputs``: the fit's workloads when the caller holds them already (:class:`FitInputs`)."""
     ap = argparse.ArgumentParser(prog="python -m simmoe.fitting.physical_fit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="TOML file to write (simmoe/hardware/data/physical_fit.toml)")
     ap.add_argument("--served-dtype", choices=SERVED_DTYPES, default=None,
@@ -488,7 +528,7 @@ def main(argv=None) -> int:
         print(f"physical_fit: error: no such folder {out.parent}", file=sys.stderr)
         return 2
     fit = run_fit(log=(lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr)),
-                  served_dtype=args.served_dtype)
+                  served_dtype=args.served_dtype, inputs=inputs)
     write_text_atomic(out, to_toml(fit))
     print(f"wrote {out}")
     return 0

@@ -163,13 +163,22 @@ def test_bad_overheads_are_refused():
         PhysicalModel(QWEN, A100, tp=0)
 
 
+@pytest.fixture(scope="module")
+def fit_inputs():
+    """The physical fit's seeded workloads, each generated once per module on first use and shared."""
+    from simmoe.fitting.physical_fit import FitInputs
+    from simmoe.published import PUBLISHED
+
+    return FitInputs(PUBLISHED)
+
+
 @pytest.mark.slow
-def test_physical_fit_reproduces_the_shipped_fit(tmp_path):
+def test_physical_fit_reproduces_the_shipped_fit(tmp_path, fit_inputs):
     from simmoe.fitting.physical_fit import main
     from simmoe.hardware.physical import FIT_FILE
 
     out = tmp_path / "fit.toml"
-    assert main(["--out", str(out), "--quiet"]) == 0
+    assert main(["--out", str(out), "--quiet"], inputs=fit_inputs) == 0
     assert out.read_text() == FIT_FILE.read_text()
 
 
@@ -223,12 +232,13 @@ def test_a_missing_or_bad_what_if_fit_is_one_line(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound():
+def test_fp8_what_if_fits_table4_where_bf16_stops_at_its_bound(fit_inputs):
     """Table 4's slope needs more than the A100's peak at BF16; at FP8 width η lands inside its bounds."""
     from simmoe.fitting.physical_fit import fit_ck
     from simmoe.published import PUBLISHED
 
-    bf16, fp8 = fit_ck(PUBLISHED, lambda s: None), fit_ck(PUBLISHED, lambda s: None, "fp8")
+    bf16 = fit_ck(PUBLISHED, lambda s: None, inputs=fit_inputs)
+    fp8 = fit_ck(PUBLISHED, lambda s: None, "fp8", fit_inputs)
     assert bf16["at_bound"] and not fp8["at_bound"]
     assert fp8["union_per_layer"] == bf16["union_per_layer"]      # the same pools: only the bytes differ
 
@@ -332,14 +342,14 @@ def test_the_shipped_settings_carry_one_term_and_name_it():
 
 
 @pytest.mark.slow
-def test_the_shipped_terms_give_table1s_two_qa_rows():
+def test_the_shipped_terms_give_table1s_two_qa_rows(fit_inputs):
     """The two fitted speculative figures on QA at temperature 0 (EVICT Table 1): EAGLE-3 152.8, EVICT 162.54."""
-    from simmoe.fitting.physical_fit import qa_workload, replay_spec, table1_qa
+    from simmoe.fitting.physical_fit import replay_spec, table1_qa
     from simmoe.hardware.physical import overheads_for
     from simmoe.published import PUBLISHED
 
     o, _ = overheads_for("sglang-a100", "qwen3-30b-a3b")
-    trace = qa_workload()
+    trace = fit_inputs.qa          # qa_workload(), the fit's own
     for method in ("eagle3", "evict"):
         s = replay_spec(trace, o, method).summary()
         assert s["decode_tps"] == pytest.approx(table1_qa(PUBLISHED, method), rel=1e-3)
