@@ -116,12 +116,13 @@ class Model:
         return coef, const
 
     def solve(self, lam: float, floor: float | None, exclude: list[tuple[int, ...]],
-              seconds: float | None, gap: float = 1e-9):
+              seconds: float | None, gap: float = 1e-9, presolve: bool = True):
         """Maximise R̂ − λT̂ over the subtrees not in ``exclude`` whose value is >= ``floor``.
 
         Returns (status, nodes, bound): status "infeasible", "optimal" or "stopped" (the
         time limit), nodes the best subtree found (or None), bound HiGHS's upper bound on
-        the value (None if it has none)."""
+        the value (None if it has none).  ``presolve`` False skips HiGHS's presolve (which
+        its time limit does not interrupt)."""
         coef, const = self.objective(lam)
         rows = list(self.rows)
         if floor is not None:
@@ -134,7 +135,7 @@ class Model:
                          -np.inf, len(done) - 1.0))
         from scipy.optimize import Bounds, milp  # scipy.optimize takes ~0.4 s to import: only when a MILP runs
 
-        options = {"disp": False, "mip_rel_gap": gap}
+        options = {"disp": False, "mip_rel_gap": gap, "presolve": presolve}
         if seconds is not None:
             options["time_limit"] = max(seconds, 1e-3)
         res = milp(-coef, constraints=_constraint(rows, self.nvars),
