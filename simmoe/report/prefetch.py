@@ -101,6 +101,7 @@ def gain_table(df):
     accuracies, slot_counts = _grid(df)
     header = ["slots", "prefetch", "selector"] + [f"a = {a:g}" for a in accuracies]
     rows = []
+    at = _Rows(df)
     for slots in slot_counts:
         for policy in POLICIES:
             for sel in ("specfit", AWARE):
@@ -108,8 +109,8 @@ def gain_table(df):
                     continue
                 cells = [str(slots), policy, sel]
                 for acc in accuracies:
-                    e = _value(df, "eagle3", slots, acc, policy)
-                    v = _value(df, sel, slots, acc, policy)
+                    e = at.value("eagle3", slots, acc, policy)
+                    v = at.value(sel, slots, acc, policy)
                     cells.append(f"{100 * (v / e - 1):+.1f}%")
                 rows.append(cells)
     return md_table(header, rows)
@@ -123,6 +124,7 @@ def tps_table(df):
               + ["draft: prefetched / useful / wasted per token"])
     accuracies, slot_counts = _grid(df)
     rows = []
+    at = _Rows(df)
     for slots in slot_counts:
         for sel in ("eagle3", "specfit", AWARE):
             for acc in accuracies:
@@ -131,8 +133,8 @@ def tps_table(df):
                     if sel == AWARE and policy not in AWARE_POLICIES:
                         cells.append("–")
                     else:
-                        cells.append(f"{_value(df, sel, slots, acc, policy):.2f}")
-                r = _row(df, sel, slots, acc, "draft")
+                        cells.append(f"{at.value(sel, slots, acc, policy):.2f}")
+                r = at.row(sel, slots, acc, "draft")
                 cells.append(f"{r['prefetched_per_token']:.1f} / {r['useful_per_token']:.1f} / "
                              f"{r['wasted_per_token']:.1f}")
                 rows.append(cells)
@@ -144,14 +146,21 @@ def _grid(df):
     return sorted(set(df["route_accuracy"])), sorted(set(df["slots"]))
 
 
-def _row(df, sel, slots, acc, policy):
-    sub = df[(df["selector"] == sel) & (df["slots"] == slots) & (df["route_accuracy"] == acc)
-             & (df["prefetch"] == policy)]
-    return sub.iloc[0]
+class _Rows:
+    """The rows of a prefetch frame by (selector, slots, accuracy, policy): the first that matches, found by one
+    pass over the frame instead of a filter per look-up."""
 
+    def __init__(self, df):
+        self.df = df
+        self.at: dict[tuple, int] = {}
+        for i, key in enumerate(zip(df["selector"], df["slots"], df["route_accuracy"], df["prefetch"], strict=True)):
+            self.at.setdefault(key, i)
 
-def _value(df, sel, slots, acc, policy, key="decode_tps"):
-    return float(_row(df, sel, slots, acc, policy)[key])
+    def row(self, sel, slots, acc, policy):
+        return self.df.iloc[self.at[(sel, slots, acc, policy)]]
+
+    def value(self, sel, slots, acc, policy, key="decode_tps") -> float:
+        return float(self.row(sel, slots, acc, policy)[key])
 
 
 def gain_plot(df, trace: str, synthetic: bool) -> bytes:
@@ -160,6 +169,7 @@ def gain_plot(df, trace: str, synthetic: bool) -> bytes:
 
     plt = _plt()
     accuracies, slot_counts = _grid(df)
+    at = _Rows(df)
     fig, axes = plt.subplots(1, len(slot_counts), figsize=(11, 3.8), sharey=True, squeeze=False)
     axes = axes[0]
     styles = {"none": "-", "draft": "--", "next-layer": ":", "oracle": "-."}
@@ -168,7 +178,7 @@ def gain_plot(df, trace: str, synthetic: bool) -> bytes:
             for sel, color in (("specfit", "#d62728"), (AWARE, "#9467bd")):
                 if sel == AWARE and policy not in AWARE_POLICIES:
                     continue
-                ys = [100 * (_value(df, sel, slots, a, policy) / _value(df, "eagle3", slots, a, policy) - 1)
+                ys = [100 * (at.value(sel, slots, a, policy) / at.value("eagle3", slots, a, policy) - 1)
                       for a in accuracies]
                 ax.plot(accuracies, ys, styles[policy], color=color, marker="o", ms=3,
                         label=f"{sel}, prefetch {policy}")
