@@ -349,6 +349,32 @@ class CopyEngine:
         self.pf_count += per_layer
         self.counts["prefetched"] += len(pairs)
 
+    def demand_landings(self, T: float, m: int) -> list[float]:
+        """``m`` demand copies released at ``T``, fixed copy time, one or two lanes: when each lands.
+
+        The hot case of a stepped layer's demand copies: the same lane choices
+        (the earliest free, the first of equals) and the same float
+        operations as copying one at a time, with the lanes in locals.
+        """
+        lanes, x, out = self.lanes, self.x, []
+        if self.c == 1:
+            a = lanes[0]
+            for _ in range(m):
+                a = (a if a > T else T) + x
+                out.append(a)
+            lanes[0] = a
+            return out
+        a, b = lanes[0], lanes[1]
+        for _ in range(m):
+            if a <= b:
+                a = (a if a > T else T) + x
+                out.append(a)
+            else:
+                b = (b if b > T else T) + x
+                out.append(b)
+        lanes[0], lanes[1] = a, b
+        return out
+
     def close(self) -> None:
         """Place what started; drop the jobs that did not."""
         w = self.window
@@ -390,7 +416,7 @@ class CopyEngine:
                 queue.append(x)
                 if len(queue) == room:
                     break
-        lanes, record = self.lanes, self.record
+        lanes, record, landing = self.lanes, self.record, self.inflight[j]
         started = []
         for x in queue:
             k = self.lane()
@@ -399,13 +425,13 @@ class CopyEngine:
                 break
             end = start + self.copy_time()
             lanes[k] = end
-            self.inflight[j][x] = end
-            self.inflight_layers.add(j)
+            landing[x] = end
             started.append(x)
             if record is not None:
                 record(f"copy {k}", f"prefetch L{j} E{x}", "prefetch", start, end, {"layer": j, "expert": x})
         if not started:
             return
+        self.inflight_layers.add(j)
         n = len(started)
         arr = np.asarray(started, dtype=np.int64)
         if cache is not None:

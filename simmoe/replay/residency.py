@@ -356,8 +356,8 @@ class OffloadedExperts:
             row = demand[layer]
             if ahead:
                 avail = eng.staged[layer] if self.cache is None else (self.cache.resident[layer] | eng.staged[layer])
-                h[layer] = int((row & avail).sum())
-                m[layer] = int(row.sum()) - h[layer]
+                h[layer] = np.count_nonzero(row & avail)
+                m[layer] = np.count_nonzero(row) - h[layer]
             end = self._layer(layer, T, int(h[layer]), int(m[layer]), row, ahead)
             rel.append(end)
             t = T + end
@@ -406,17 +406,20 @@ class OffloadedExperts:
                     hits_now -= 1
         if m:
             durs = self.timer.draw_copy_times(np.array([m])).tolist() if self.random else None
-            missing = self._missing(layer, row, ahead) if record is not None else []
-            x = eng.x
-            for i in range(m):
-                k = eng.lane()
-                s = lanes[k] if lanes[k] > T else T
-                d = s + (durs[i] if durs is not None else x)
-                lanes[k] = d
-                ready.append(d)
-                if record is not None:
-                    record(f"copy {k}", f"copy L{layer} E{missing[i]}", "demand", s, d,
-                           {"layer": layer, "expert": missing[i]})
+            if durs is None and record is None and eng.c <= 2:
+                ready += eng.demand_landings(T, m)
+            else:
+                missing = self._missing(layer, row, ahead) if record is not None else []
+                x = eng.x
+                for i in range(m):
+                    k = eng.lane()
+                    s = lanes[k] if lanes[k] > T else T
+                    d = s + (durs[i] if durs is not None else x)
+                    lanes[k] = d
+                    ready.append(d)
+                    if record is not None:
+                        record(f"copy {k}", f"copy L{layer} E{missing[i]}", "demand", s, d,
+                               {"layer": layer, "expert": missing[i]})
         n = hits_now + len(ready)
         if not self.overlap:
             last = max(ready) if ready else T
