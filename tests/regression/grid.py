@@ -10,7 +10,9 @@ where a setting interacts with another (cache × batch, prefetch × cache ×
 route accuracy, profile × batch × timing); single values elsewhere.  The
 CNN/DM trace (long prompts) replays one entry per axis (``CNNDM_SETTINGS``),
 not the crosses: those run the same code on other data.  A resident profile
-ignores the cache, so it replays one cache setting.
+ignores the cache, so it replays one cache setting.  Entries at batch 1
+replay the first request (``REQUESTS``); batched ones 4 or 16 requests,
+which carry the cache from request to request.
 
 ``record.py`` writes the corpus; ``test_corpus.py`` replays the grid and
 requires every recorded number to be reproduced exactly.
@@ -44,6 +46,9 @@ CNNDM_SETTINGS = {"fitted/lru-12-all", "fitted/belady-12", "fitted/lru-0", "fitt
                   "fitted/route-0.6", "fitted/batch4-lru-12", "fitted/prefetch-draft-lru-12",
                   "offload/lru-12", "offload/prefetch-draft-lru-12", "resident/lru-48", "resident/batch4",
                   "resident/closed"}
+
+# requests replayed at batch 1 (batched entries replay 4, or 16)
+REQUESTS = 1
 
 # the temperature-1 trace: simmoe synth --preset qa --requests QA_REQUESTS --temperature 1 --seed 0
 QA_REQUESTS = 4
@@ -103,8 +108,8 @@ def _entries_for(trace: str, requests: int, profiles: dict[str, str], extra: tup
 def entries() -> list[dict]:
     """Every command line of the grid, each named ``trace/profile/setting``."""
     both = {"fitted": FITTED, "offload": OFFLOAD, "resident": RESIDENT}
-    cnndm = [e for e in _entries_for("cnndm", 2, both) if e["name"].removeprefix("cnndm/") in CNNDM_SETTINGS]
-    grid = _entries_for("gsm8k", 2, both) + cnndm
+    cnndm = [e for e in _entries_for("cnndm", REQUESTS, both) if e["name"].removeprefix("cnndm/") in CNNDM_SETTINGS]
+    grid = _entries_for("gsm8k", REQUESTS, both) + cnndm
     # batch 16 (the shipped traces hold 21 and 24 requests)
     grid.append({"name": "gsm8k/fitted/batch16-lru-12", "trace": "gsm8k",
                  "argv": ["--hardware", FITTED, "--requests", "16", "--slots", "12", "--batch", "16"]})
@@ -116,13 +121,13 @@ def entries() -> list[dict]:
                           "--selectors", "ar,eagle3,evict,specfit,oracle"]})
     # temperature 1 on EVICT's qa workload (K = 32: the physical profiles price it)
     qa = {"offload": OFFLOAD, "resident": RESIDENT}
-    grid += _entries_for("qa-t1", 2, qa, extra=("--temperature", "1"))
+    grid += _entries_for("qa-t1", REQUESTS, qa, extra=("--temperature", "1"))
     grid.append({"name": "qa-t1/offload/prefetch-oracle-lru-12", "trace": "qa-t1",
-                 "argv": ["--hardware", OFFLOAD, "--requests", "2", "--temperature", "1", "--slots", "12",
-                          "--prefetch", "oracle"]})
+                 "argv": ["--hardware", OFFLOAD, "--requests", str(REQUESTS), "--temperature", "1",
+                          "--slots", "12", "--prefetch", "oracle"]})
     grid.append({"name": "qa-t1/offload/sampling-seed-7", "trace": "qa-t1",
-                 "argv": ["--hardware", OFFLOAD, "--requests", "2", "--temperature", "1", "--slots", "12",
-                          "--seed", "7"]})
+                 "argv": ["--hardware", OFFLOAD, "--requests", str(REQUESTS), "--temperature", "1",
+                          "--slots", "12", "--seed", "7"]})
     return grid
 
 
