@@ -3,7 +3,8 @@
 Conventions: tests of ``solvers/`` live in ``tests/solvers``, of traces in
 ``tests/trace``, of the replay in ``tests/replay``, of ``hwprobe`` in
 ``tests/hwprobe`` (marked ``torch``; skipped when torch is absent).  Tests
-slower than a few seconds are marked ``slow``.
+slower than a few seconds are marked ``slow`` (``slow(seconds)`` for the
+longest: they run first, see ``pytest_collection_modifyitems``).
 
 Hypothesis profiles: ``ci`` (chosen when the ``CI`` environment variable is
 set, as ``.ci/run`` runs): derandomized, so a CI run tries the same examples
@@ -48,6 +49,14 @@ def ar_trace():
 
 
 def pytest_collection_modifyitems(config, items):
+    # The slowest modules first: pytest-xdist's worksteal hands each worker a contiguous share of this order
+    # and steals from the tails, so a long test collected late (the validation report's two runs) would
+    # leave the other core idle at the end. A module's weight is its slowest test's, and the sort is stable:
+    # a module's tests stay together, in their order, and share their module fixtures on one worker.
+    weight: dict = {}
+    for item in items:
+        weight[item.module] = max(weight.get(item.module, 0.0), _expected_seconds(item))
+    items.sort(key=lambda item: weight[item.module], reverse=True)
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -56,3 +65,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "torch" in item.keywords:
                 item.add_marker(skip)
+
+
+def _expected_seconds(item) -> float:
+    """A test's weight in the run order: ``slow(seconds)``'s seconds, 5 for a bare ``slow``, else 0."""
+    mark = item.get_closest_marker("slow")
+    if mark is None:
+        return 0.0
+    return float(mark.args[0]) if mark.args else 5.0

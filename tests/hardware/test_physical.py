@@ -172,7 +172,7 @@ def fit_inputs():
     return FitInputs(PUBLISHED)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(25)
 def test_physical_fit_reproduces_the_shipped_fit(tmp_path, fit_inputs):
     from simmoe.fitting.physical_fit import main
     from simmoe.hardware.physical import FIT_FILE

@@ -155,7 +155,7 @@ def test_the_sampling_test_has_power(pair):
     assert worst_case_power(p, 150, TV, 0.001)[1] < 0.1                 # the 150-sample test this one replaces
 
 
-@pytest.mark.slow
+@pytest.mark.slow(20)
 def test_speculative_samples_follow_the_exact_law(pair):
     """1,600 speculative samples (independent seeds) of the first two tokens against their exact law (α = 0.01)."""
     from scipy import stats

@@ -35,6 +35,7 @@ def files_of(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow(10)   # with the module fixture: two quick reports
 def test_outputs_are_deterministic_and_only_ours(two_runs):
     a, b = (files_of(o) for o in two_runs)
     expected = {"index.md", "report-args.json", "calibration.md", "tables/check-slice.csv"}

@@ -173,14 +173,14 @@ def _without_command(text: str) -> str:
     return "\n".join(line for line in text.rstrip("\n").splitlines() if not line.startswith("Regenerate:"))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(60)   # with the module fixture: two quick runs of the report
 def test_quick_runs_are_deterministic(quick_reports):
     a, b = quick_reports
     assert _without_command(a) == _without_command(b)
     assert re.search(r"\d", a)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(60)
 def test_report_structure_and_roles(quick_reports):
     text = quick_reports[0]
     pub = published()
@@ -219,7 +219,7 @@ def test_report_structure_and_roles(quick_reports):
                                 for g in GOALS)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(60)
 def test_lookahead_and_dflash_rows_in_the_quick_report(quick_reports):
     """Lookahead and DFlash are simulated: fitted rows in the fit set, predicted ones with goals."""
     text = quick_reports[0]
@@ -239,7 +239,7 @@ def test_lookahead_and_dflash_rows_in_the_quick_report(quick_reports):
     assert len(dflash) == 2 * 5 and all(r[3] == "evict.table6_batch_vllm" and r[4] == "validate" for r in dflash)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(60)
 def test_published_values_in_rows_come_from_published_json(quick_run):
     """Rows that point into published.json carry exactly the value found there."""
     pred = quick_run[0]
