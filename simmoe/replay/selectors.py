@@ -327,7 +327,7 @@ class Optimal(Selector):
         from simmoe.theory.cycles import specfit_cycles
         from simmoe.theory.optimal import lambda_star
 
-        cycles = [c for c in specfit_cycles(trace, cost, self.K) if c.request < num_requests]
+        cycles = specfit_cycles(trace, cost, self.K, num_requests)
         states = [view.pool().upto_level(c.drafted_levels)[0]
                   for view, c in zip(views_at([c.row for c in cycles]), cycles)]
         self.lam = lambda_star(states, self.K, cost) if states else 0.0

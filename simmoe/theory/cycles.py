@@ -85,16 +85,19 @@ def committed_tokens(cycle: Cycle, nodes) -> int:
                cycle.remaining)
 
 
-def specfit_cycles(trace: Trace, cost: CostModel, K: int | None = None) -> list[Cycle]:
+def specfit_cycles(trace: Trace, cost: CostModel, K: int | None = None,
+                   num_requests: int | None = None) -> list[Cycle]:
     """Every cycle SpecFit runs on ``trace`` with cost model ``cost`` (Eq. 5 + Lemma 2).
 
     ``K`` defaults to the trace's pool shape.  Requests are walked in trace
-    order; each starts at its position 0.
+    order; each starts at its position 0.  ``num_requests``: the first N
+    requests only (a request's cycles depend on its own rows alone).
     """
     if K is None:
         K = trace.pool_shape.K
+    R = len(trace.requests) if num_requests is None else min(int(num_requests), len(trace.requests))
     cycles: list[Cycle] = []
-    for r in range(len(trace.requests)):
+    for r in range(R):
         lo, hi = trace.request_positions(r)
         row = lo
         while row < hi:

@@ -52,6 +52,19 @@ def test_cycles_cover_every_position_once(seed):
         assert all(c.committed <= c.remaining for c in mine)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_first_requests_walk_as_in_the_whole_trace(seed):
+    """``num_requests = n``: exactly the whole walk's cycles of requests 0..n-1 (n past the end: all)."""
+    trace = random_trace(seed, num_requests=4, output_len=(3, 9), agree_rate=0.8)
+    cost = CostModel([1.0] * 8, 0.05)
+    whole = specfit_cycles(trace, cost)
+    for n in (1, 2, 4, 9):
+        head = specfit_cycles(trace, cost, num_requests=n)
+        want = [c for c in whole if c.request < n]
+        assert [(c.request, c.row, c.committed, c.selection.nodes) for c in head] == \
+            [(c.request, c.row, c.committed, c.selection.nodes) for c in want]
+
+
 def test_empty_pools_commit_one_token_each(ar_trace):
     cycles = specfit_cycles(ar_trace, CostModel([2.0], 0.1), K=0)
     assert len(cycles) == ar_trace.num_positions
