@@ -138,7 +138,9 @@ def _table_rows(section: str):
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """Two quick runs: the API generates the traces into a cache folder, the command reads them back.
+    """Two quick runs: the API generates the traces into a cache folder in this process, the command reads
+    them back and replays in two worker processes (its default), so equal reports also mean that the
+    worker count changes nothing.
 
     Returns the first run's ``Predictions`` and both reports.
     """
@@ -146,7 +148,7 @@ def quick_run(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("validation")
     cache = folder / "cache"
-    pred = run_predictions(Settings(quick=True, workers=2, cache_dir=str(cache)))
+    pred = run_predictions(Settings(quick=True, workers=1, cache_dir=str(cache)))
     first = render_markdown(pred, f"python -m simmoe.validation.published --out {folder / 'a.md'} --quick")
     from simmoe.validation.published.physical_runs import BENCHES, MODELS, workload_name
 

@@ -90,7 +90,7 @@ class PhysicalSizes:
 
 def sizes_for(settings) -> PhysicalSizes:
     if settings.quick:
-        return PhysicalSizes(batch1={k: 2 for k in MODELS}, table6=8, batches=(4, 8), grid_requests=2)
+        return PhysicalSizes(batch1={k: 1 for k in MODELS}, table6=8, batches=(4, 8), grid_requests=2)
     return PhysicalSizes()
 
 
